@@ -1,0 +1,18 @@
+// inferd._core: the C++ batching core, seen from Python. This file is the table of contents; each
+// register_* binds one area and holds no logic of its own.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace inferd::python {
+void register_status(py::module_& m);
+void register_completion_queue(py::module_& m);
+void register_scheduler(py::module_& m);
+}  // namespace inferd::python
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "inferd's C++ core: request queues, batch assembly, executors' worker threads, completions.";
+  inferd::python::register_status(m);
+  inferd::python::register_completion_queue(m);
+  inferd::python::register_scheduler(m);
+}

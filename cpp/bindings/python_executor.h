@@ -1,0 +1,31 @@
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <vector>
+
+#include "inferd/executor.h"
+
+namespace inferd::python {
+
+namespace py = pybind11;
+
+// An Executor whose work is done by a Python object with `execute(list[ndarray]) -> list[ndarray]`
+// (the ONNX Runtime executor). Called from a core worker thread: it takes the GIL for the call
+// only; the Python executor is expected to release it while it computes (ONNX Runtime does).
+// Errors raised by the Python executor become its status: the exception's integer `code`
+// attribute when it names a StatusCode, else INTERNAL.
+class PythonExecutor : public Executor {
+ public:
+  // Requires the GIL. `output_types` is the model's output datatypes, in output order.
+  PythonExecutor(py::handle executor, std::vector<DataType> output_types);
+
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
+
+ private:
+  std::shared_ptr<const void> execute_;  // the bound method, released under the GIL
+  std::vector<DataType> output_types_;
+};
+
+}  // namespace inferd::python

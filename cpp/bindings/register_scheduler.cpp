@@ -1,0 +1,98 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "inferd/scheduler.h"
+#include "python_executor.h"
+#include "python_tensor.h"
+
+namespace py = pybind11;
+
+namespace inferd::python {
+namespace {
+
+// Python may drop the last reference with the GIL held while workers wait for it to run an
+// executor: destroy with the GIL released so their join cannot deadlock.
+struct DestroyWithoutGil {
+  void operator()(Scheduler* scheduler) const {
+    py::gil_scoped_release release;
+    std::default_delete<Scheduler>()(scheduler);
+  }
+};
+
+std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& model_name, int64_t max_batch_size,
+                                                             const py::list& executors,
+                                                             const std::vector<int>& output_types,
+                                                             std::shared_ptr<CompletionQueue> completions) {
+  std::vector<DataType> types;
+  for (int code : output_types) {
+    if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+    types.push_back(static_cast<DataType>(code));
+  }
+  std::vector<std::unique_ptr<Executor>> instances;
+  for (py::handle executor : executors) instances.push_back(std::make_unique<PythonExecutor>(executor, types));
+  SchedulerOptions options{model_name, max_batch_size};
+  return std::unique_ptr<Scheduler, DestroyWithoutGil>(
+      std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions)).release());
+}
+
+py::dict duration(const Duration& d) { return py::dict(py::arg("count") = d.count, py::arg("ns") = d.ns); }
+
+}  // namespace
+
+void register_scheduler(py::module_& m) {
+  py::class_<Scheduler, std::unique_ptr<Scheduler, DestroyWithoutGil>>(m, "Scheduler")
+      .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("max_batch_size"), py::arg("executors"),
+           py::arg("output_datatypes"), py::arg("completions"),
+           "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray].")
+      .def(
+          "submit",
+          [](Scheduler& scheduler, uint64_t token, int64_t batch_size, const py::list& inputs) {
+            auto request = std::make_unique<InferenceRequest>();
+            request->token = token;
+            request->batch_size = batch_size;
+            for (py::handle item : inputs) {
+              auto entry = item.cast<py::tuple>();
+              request->inputs.push_back(tensor_from_buffer(entry[0].cast<int>(), entry[1], entry[2]));
+              Status valid = validate_tensor(request->inputs.back());
+              if (!valid.ok()) return py::make_tuple(static_cast<int>(valid.code), valid.message);
+            }
+            Status status;
+            {
+              // Safe without the GIL: the request holds only C++ views; the queue takes its own lock.
+              py::gil_scoped_release release;
+              status = scheduler.submit(std::move(request));
+            }
+            // On failure the request is still ours and is released here, with the GIL held.
+            return py::make_tuple(static_cast<int>(status.code), status.message);
+          },
+          py::arg("token"), py::arg("batch_size"), py::arg("inputs"),
+          "Queue a request: inputs are (datatype, shape, C-contiguous buffer) in model input order. "
+          "Returns (status code, message); the answer arrives on the completion queue.")
+      .def(
+          "shutdown",
+          [](Scheduler& scheduler, bool reject_queued) {
+            scheduler.shutdown(reject_queued ? Scheduler::ShutdownMode::kReject : Scheduler::ShutdownMode::kDrain);
+          },
+          py::arg("reject_queued"), py::call_guard<py::gil_scoped_release>(),
+          "Close intake, compute (or reject) what is queued, join the workers. Blocks; GIL released.")
+      .def("pending_requests", &Scheduler::pending_requests)
+      .def("instance_count", &Scheduler::instance_count)
+      .def("statistics", [](const Scheduler& scheduler) {
+        StatisticsSnapshot s = scheduler.statistics();
+        py::dict batches;
+        for (const auto& [size, b] : s.batches) {
+          batches[py::int_(size)] = py::dict(py::arg("compute_input") = duration(b.compute_input),
+                                             py::arg("compute_infer") = duration(b.compute_infer),
+                                             py::arg("compute_output") = duration(b.compute_output));
+        }
+        return py::dict(py::arg("last_inference_ms") = s.last_inference_ms,
+                        py::arg("inference_count") = s.inference_count,
+                        py::arg("execution_count") = s.execution_count, py::arg("success") = duration(s.success),
+                        py::arg("fail") = duration(s.fail), py::arg("queue") = duration(s.queue),
+                        py::arg("compute_input") = duration(s.compute_input),
+                        py::arg("compute_infer") = duration(s.compute_infer),
+                        py::arg("compute_output") = duration(s.compute_output), py::arg("batches") = batches);
+      });
+}
+
+}  // namespace inferd::python

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "inferd/inference_request.h"
+
+namespace inferd {
+
+// A count of events and their summed duration.
+struct Duration {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+  void add(uint64_t n, uint64_t total_ns) {
+    count += n;
+    ns += total_ns;
+  }
+};
+
+// Durations of one batch execution's three compute phases.
+struct BatchDurations {
+  Duration compute_input, compute_infer, compute_output;
+};
+
+// What ModelStatistics reports: Triton's InferStatistics plus per-batch-size figures.
+struct StatisticsSnapshot {
+  uint64_t last_inference_ms = 0;  // wall clock, ms since the epoch; 0 = never
+  uint64_t inference_count = 0;    // requests answered successfully (a request counts its rows as 1)
+  uint64_t execution_count = 0;    // batch executions
+  Duration success, fail, queue, compute_input, compute_infer, compute_output;
+  std::map<uint64_t, BatchDurations> batches;  // keyed by the number of requests in the batch
+};
+
+// The timestamps of one batch's trip through a worker, taken with the monotonic clock.
+struct BatchTimeline {
+  Clock::time_point start, input_done, infer_done, output_done;
+};
+
+// Cumulative statistics of one model version. Thread-safe: every method takes the internal lock
+// briefly and never blocks otherwise.
+class ModelStatistics {
+ public:
+  // Records a successfully computed batch whose requests were enqueued at `enqueue_times`.
+  void record_batch(const std::vector<Clock::time_point>& enqueue_times, const BatchTimeline& timeline);
+  // Records `count` requests that failed after `total_ns` in the core (queued or computing).
+  void record_failures(uint64_t count, uint64_t total_ns);
+  StatisticsSnapshot snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  StatisticsSnapshot stats_;  // guarded by mutex_
+};
+
+}  // namespace inferd

@@ -1,0 +1,54 @@
+#include "inferd/model_statistics.h"
+
+#include <chrono>
+
+namespace inferd {
+namespace {
+
+uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return b > a ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count()) : 0;
+}
+
+}  // namespace
+
+void ModelStatistics::record_batch(const std::vector<Clock::time_point>& enqueue_times,
+                                   const BatchTimeline& t) {
+  const uint64_t n = enqueue_times.size();
+  uint64_t queue_ns = 0, total_ns = 0;
+  for (auto enqueued : enqueue_times) {
+    queue_ns += ns_between(enqueued, t.start);
+    total_ns += ns_between(enqueued, t.output_done);
+  }
+  const uint64_t input_ns = ns_between(t.start, t.input_done);
+  const uint64_t infer_ns = ns_between(t.input_done, t.infer_done);
+  const uint64_t output_ns = ns_between(t.infer_done, t.output_done);
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.last_inference_ms = static_cast<uint64_t>(now_ms.count());
+  stats_.inference_count += n;
+  stats_.execution_count += 1;
+  stats_.success.add(n, total_ns);
+  stats_.queue.add(n, queue_ns);
+  // As Triton does, every request of the batch is charged the batch's compute time.
+  stats_.compute_input.add(n, input_ns * n);
+  stats_.compute_infer.add(n, infer_ns * n);
+  stats_.compute_output.add(n, output_ns * n);
+  BatchDurations& batch = stats_.batches[n];
+  batch.compute_input.add(1, input_ns);
+  batch.compute_infer.add(1, infer_ns);
+  batch.compute_output.add(1, output_ns);
+}
+
+void ModelStatistics::record_failures(uint64_t count, uint64_t total_ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.fail.add(count, total_ns);
+}
+
+StatisticsSnapshot ModelStatistics::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace inferd

@@ -1,0 +1,154 @@
+#include "inferd/scheduler.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace inferd {
+namespace {
+
+// Doubles an INT32 input; can be told to fail or to hold until released.
+class DoublingExecutor : public Executor {
+ public:
+  explicit DoublingExecutor(std::atomic<int>* calls, bool fail = false) : calls_(calls), fail_(fail) {}
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+    calls_->fetch_add(1);
+    if (fail_) return Status::Error(StatusCode::kInternal, "boom");
+    const Tensor& in = inputs.at(0);
+    auto out = std::make_shared<std::vector<int32_t>>(in.byte_size / 4);
+    const auto* src = reinterpret_cast<const int32_t*>(in.data);
+    for (size_t i = 0; i < out->size(); ++i) (*out)[i] = src[i] * 2;
+    outputs->push_back(Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()),
+                              out->size() * 4, out});
+    return Status::Ok();
+  }
+
+ private:
+  std::atomic<int>* calls_;
+  bool fail_;
+};
+
+std::unique_ptr<InferenceRequest> int_request(uint64_t token, int32_t value) {
+  auto data = std::make_shared<int32_t>(value);
+  auto r = std::make_unique<InferenceRequest>();
+  r->token = token;
+  r->inputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
+  return r;
+}
+
+// Collects completions until `n` have arrived (or a 10 s guard passes).
+std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
+  std::map<uint64_t, Completion> done;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (done.size() < n && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{queue.fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    for (auto& c : queue.drain()) {
+      EXPECT_TRUE(done.emplace(c.token, std::move(c)).second) << "token answered twice";
+    }
+  }
+  return done;
+}
+
+std::vector<std::unique_ptr<Executor>> executors(int n, std::atomic<int>* calls, bool fail = false) {
+  std::vector<std::unique_ptr<Executor>> out;
+  for (int i = 0; i < n; ++i) out.push_back(std::make_unique<DoublingExecutor>(calls, fail));
+  return out;
+}
+
+TEST(Scheduler, EveryRequestGetsItsOwnAnswer) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"double", 8}, executors(3, &calls), queue);
+  constexpr int kRequests = 500;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = c; i < kRequests; i += 4) {
+        ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    ASSERT_TRUE(c.status.ok()) << c.status.message;
+    EXPECT_EQ(*reinterpret_cast<const int32_t*>(c.outputs.at(0).data), static_cast<int32_t>(token) * 2);
+    EXPECT_NE(c.request, nullptr);  // handed back for release on the consumer's thread
+  }
+  auto stats = scheduler.statistics();
+  EXPECT_EQ(stats.inference_count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.execution_count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.batches.at(1).compute_infer.count, static_cast<uint64_t>(kRequests));
+}
+
+TEST(Scheduler, ExecutorFailureAnswersTheRequestAndCountsIt) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"broken", 0}, executors(1, &calls, /*fail=*/true), queue);
+  ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
+  auto done = collect(*queue, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done.at(1).status.code, StatusCode::kInternal);
+  EXPECT_EQ(done.at(1).status.message, "boom");
+  EXPECT_EQ(scheduler.statistics().fail.count, 1u);
+}
+
+TEST(Scheduler, SubmitAfterShutdownIsUnavailableAndKeepsTheRequest) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"m", 0}, executors(1, &calls), queue);
+  scheduler.shutdown(Scheduler::ShutdownMode::kDrain);
+  auto request = int_request(9, 1);
+  EXPECT_EQ(scheduler.submit(std::move(request)).code, StatusCode::kUnavailable);
+  EXPECT_NE(request, nullptr);
+}
+
+TEST(Scheduler, ShutdownWithQueuedRequestsAnswersEachOnce) {
+  for (auto mode : {Scheduler::ShutdownMode::kDrain, Scheduler::ShutdownMode::kReject}) {
+    auto queue = std::make_shared<CompletionQueue>();
+    std::atomic<int> calls{0};
+    constexpr int kRequests = 200;
+    {
+      Scheduler scheduler({"m", 0}, executors(2, &calls), queue);
+      for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+      scheduler.shutdown(mode);
+    }
+    auto done = collect(*queue, kRequests);
+    ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+    int ok = 0;
+    for (auto& [token, c] : done) {
+      if (c.status.ok()) {
+        ++ok;
+      } else {
+        EXPECT_EQ(c.status.code, StatusCode::kUnavailable);
+      }
+    }
+    if (mode == Scheduler::ShutdownMode::kDrain) {
+      EXPECT_EQ(ok, kRequests);
+    }
+    EXPECT_EQ(ok, calls.load());  // nothing computed without being answered, nor answered twice
+  }
+}
+
+TEST(Scheduler, ZeroInstancesStillAnswersOnShutdown) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"m", 0}, executors(0, &calls), queue);
+  ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
+  scheduler.shutdown(Scheduler::ShutdownMode::kDrain);
+  auto done = collect(*queue, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done.at(1).status.code, StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace inferd

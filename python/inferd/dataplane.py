@@ -1,0 +1,115 @@
+"""The data plane: what every transport calls. Checks a request against its model, runs it through
+the core, and picks the outputs asked for. Knows nothing of gRPC."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from inferd.batching import CoreTensor
+from inferd.datatypes import count_bytes_elements
+from inferd.errors import InvalidArgument
+from inferd.models import LoadedModel, ModelRegistry, TensorSpec
+from inferd.tensors import InferRequest, InferResponse, Tensor
+
+
+class DataPlane:
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        model = self.registry.get(request.model_name, request.model_version)
+        inputs, batch_size = _core_inputs(model, request.inputs)
+        selected = _selected_outputs(model, request.outputs)
+        results = await model.scheduler.infer(inputs, batch_size)
+        outputs = [
+            Tensor(model.outputs[i].name, model.outputs[i].datatype.name, tuple(results[i][1]), results[i][2])
+            for i in selected
+        ]
+        return InferResponse(model.name, str(model.version), request.id, outputs)
+
+    def statistics(self, name: str, version: str) -> list[tuple[LoadedModel, dict[str, Any]]]:
+        """Each loaded version's statistics: one model (and version) or, with no name, all."""
+        models = [self.registry.get(name, version)] if name else self.registry.loaded()
+        if name and not version:
+            models = [self.registry.get(name, str(v)) for v in self.registry.ready_versions(name)]
+        return [(m, m.scheduler.statistics()) for m in models]
+
+
+def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTensor], int]:
+    by_name: dict[str, Tensor] = {}
+    for tensor in given:
+        if tensor.name in by_name:
+            raise InvalidArgument(f"input {tensor.name!r} is given twice")
+        by_name[tensor.name] = tensor
+    expected = {spec.name for spec in model.inputs}
+    unexpected = sorted(set(by_name) - expected)
+    if unexpected:
+        raise InvalidArgument(
+            f"model {model.name!r} has no input(s) {unexpected}; its inputs are {sorted(expected)}"
+        )
+    batch_size = 1
+    core: list[CoreTensor] = []
+    for index, spec in enumerate(model.inputs):
+        tensor = by_name.get(spec.name)
+        if tensor is None:
+            raise InvalidArgument(f"model {model.name!r} needs input {spec.name!r}, it is missing")
+        rows = _check_input(model, spec, tensor)
+        if index == 0:
+            batch_size = rows
+        elif rows != batch_size:
+            raise InvalidArgument(
+                f"input {spec.name!r} has batch size {rows}, input {model.inputs[0].name!r} has {batch_size}"
+            )
+        core.append((spec.datatype.config_type, tensor.shape, tensor.data))
+    return core, batch_size
+
+
+def _check_input(model: LoadedModel, spec: TensorSpec, tensor: Tensor) -> int:
+    """Checks datatype, shape and byte size; returns the request's batch size (1 if none)."""
+    where = f"input {spec.name!r} of model {model.name!r}"
+    if tensor.datatype != spec.datatype.name:
+        raise InvalidArgument(f"{where} takes {spec.datatype.name}, got {tensor.datatype}")
+    shape = tensor.shape
+    if any(d < 0 for d in shape):
+        raise InvalidArgument(f"{where}: shape {list(shape)} has a negative dimension")
+    batched = model.max_batch_size > 0
+    want = ((-1,) if batched else ()) + spec.dims
+    if len(shape) != len(want) or any(w != -1 and w != s for w, s in zip(want, shape, strict=True)):
+        raise InvalidArgument(
+            f"{where} takes shape {list(want)} (-1 = any), got {list(shape)}"
+        )
+    rows = shape[0] if batched else 1
+    if batched and not 1 <= rows <= model.max_batch_size:
+        raise InvalidArgument(
+            f"{where}: batch size {rows} is outside 1..{model.max_batch_size} (max_batch_size)"
+        )
+    elements = math.prod(shape)
+    size = memoryview(tensor.data).nbytes
+    if spec.datatype.is_bytes:
+        try:
+            count = count_bytes_elements(memoryview(tensor.data).cast("B"))
+        except ValueError as e:
+            raise InvalidArgument(f"{where}: malformed BYTES data: {e}") from None
+        if count != elements:
+            raise InvalidArgument(f"{where}: {count} BYTES elements for shape {list(shape)}")
+    elif size != elements * spec.datatype.itemsize:
+        raise InvalidArgument(
+            f"{where}: {size} bytes of data, shape {list(shape)} of {spec.datatype.name} "
+            f"needs {elements * spec.datatype.itemsize}"
+        )
+    return rows
+
+
+def _selected_outputs(model: LoadedModel, requested: list[str]) -> list[int]:
+    index = {spec.name: i for i, spec in enumerate(model.outputs)}
+    if not requested:
+        return list(range(len(model.outputs)))
+    selected: list[int] = []
+    for name in requested:
+        if name not in index:
+            raise InvalidArgument(
+                f"model {model.name!r} has no output {name!r}; its outputs are {sorted(index)}"
+            )
+        selected.append(index[name])
+    return selected

@@ -1,0 +1,81 @@
+"""The protocol's tensor datatypes and how each is held in memory.
+
+One row per datatype: its protocol name ("FP32"), its model-config enum value (TYPE_FP32 = 11,
+also the core's DataType code) and its numpy dtype. BYTES has no fixed width: it is carried
+serialized, each element a 4-byte little-endian length and its bytes, as on the wire.
+BF16 has no numpy dtype: its raw 16-bit patterns are carried as uint16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Datatype:
+    name: str  # the protocol's string, e.g. "FP32"
+    config_type: int  # inference.DataType in model_config.proto, e.g. 11 for TYPE_FP32
+    numpy: np.dtype[np.generic]  # little-endian storage dtype; uint8 for BYTES' serialized form
+    itemsize: int  # bytes per element, 0 for BYTES
+
+    @property
+    def is_bytes(self) -> bool:
+        return self.itemsize == 0
+
+
+def _row(name: str, config_type: int, dtype: str, itemsize: int) -> Datatype:
+    return Datatype(name, config_type, np.dtype(dtype), itemsize)
+
+
+DATATYPES: Final[dict[str, Datatype]] = {
+    d.name: d
+    for d in (
+        _row("BOOL", 1, "?", 1),
+        _row("UINT8", 2, "<u1", 1),
+        _row("UINT16", 3, "<u2", 2),
+        _row("UINT32", 4, "<u4", 4),
+        _row("UINT64", 5, "<u8", 8),
+        _row("INT8", 6, "<i1", 1),
+        _row("INT16", 7, "<i2", 2),
+        _row("INT32", 8, "<i4", 4),
+        _row("INT64", 9, "<i8", 8),
+        _row("FP16", 10, "<f2", 2),
+        _row("FP32", 11, "<f4", 4),
+        _row("FP64", 12, "<f8", 8),
+        _row("BYTES", 13, "<u1", 0),
+        _row("BF16", 14, "<u2", 2),
+    )
+}
+BY_CONFIG_TYPE: Final[dict[int, Datatype]] = {d.config_type: d for d in DATATYPES.values()}
+
+
+def datatype(name: str) -> Datatype:
+    """The row for a protocol datatype name; KeyError if there is none."""
+    return DATATYPES[name]
+
+
+def serialize_bytes(elements: list[bytes]) -> bytes:
+    """Elements -> the protocol's BYTES form (4-byte little-endian length, then the bytes)."""
+    parts: list[bytes] = []
+    for element in elements:
+        parts.append(len(element).to_bytes(4, "little"))
+        parts.append(element)
+    return b"".join(parts)
+
+
+def count_bytes_elements(data: bytes | memoryview) -> int:
+    """Number of elements in a serialized BYTES buffer; ValueError if it is malformed."""
+    view = memoryview(data)
+    pos, count, size = 0, 0, len(view)
+    while pos < size:
+        if size - pos < 4:
+            raise ValueError(f"truncated length prefix at byte {pos}")
+        length = int.from_bytes(view[pos : pos + 4], "little")
+        pos += 4 + length
+        if pos > size:
+            raise ValueError(f"element {count} needs {length} bytes, the buffer ends first")
+        count += 1
+    return count

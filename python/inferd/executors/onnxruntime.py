@@ -1,0 +1,144 @@
+"""ONNX Runtime on the CPU: one InferenceSession per model instance, created once at load."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InvalidArgument, ModelLoadError
+
+_BF16_ONNX_TYPE = 16  # onnx.TensorProto.BFLOAT16
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeOptions:
+    """Session settings. Per model from config ``parameters`` (Triton's ORT backend keys
+    ``intra_op_thread_count`` / ``inter_op_thread_count``), else the server-wide defaults."""
+
+    intra_op_thread_count: int
+    inter_op_thread_count: int
+
+    @classmethod
+    def from_parameters(
+        cls, parameters: dict[str, str], default: OnnxRuntimeOptions
+    ) -> OnnxRuntimeOptions:
+        def count(key: str, fallback: int) -> int:
+            if key not in parameters:
+                return fallback
+            try:
+                value = int(parameters[key])
+            except ValueError:
+                raise ModelLoadError(
+                    f"parameter {key!r} must be an integer, got {parameters[key]!r}"
+                ) from None
+            if value < 0:
+                raise ModelLoadError(f"parameter {key!r} must not be negative, got {value}")
+            return value
+
+        return cls(
+            count("intra_op_thread_count", default.intra_op_thread_count),
+            count("inter_op_thread_count", default.inter_op_thread_count),
+        )
+
+
+def default_intra_op_threads() -> int:
+    """One compute thread per core this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+class OnnxRuntimeExecutor:
+    """Runs an ONNX model with ONNX Runtime's CPU provider. See ``inferd.executors.base.Executor``.
+
+    ONNX Runtime's Python API takes strings as ``str``, so BYTES inputs must be UTF-8 (anything
+    else is INVALID_ARGUMENT rather than silently mangled); BF16 has no numpy dtype, so BF16
+    tensors go through OrtValues holding the raw 16-bit patterns.
+    """
+
+    def __init__(
+        self,
+        model_path: Path,
+        input_names: list[str],
+        output_names: list[str],
+        options: OnnxRuntimeOptions,
+    ) -> None:
+        import onnxruntime as ort  # deferred: the GPU build installs a different package
+
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = options.intra_op_thread_count
+        session_options.inter_op_num_threads = options.inter_op_thread_count
+        try:
+            self._session = ort.InferenceSession(
+                str(model_path), sess_options=session_options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:
+            raise ModelLoadError(f"{model_path}: ONNX Runtime cannot load it: {e}") from e
+        self._ort = ort
+        self._input_names = input_names
+        self._output_names = output_names
+        types = {
+            i.name: i.type for i in (*self._session.get_inputs(), *self._session.get_outputs())
+        }
+        self._string_inputs = [types[n] == "tensor(string)" for n in input_names]
+        self._bf16_inputs = [types[n] == "tensor(bfloat16)" for n in input_names]
+        self._uses_ortvalues = any(self._bf16_inputs) or any(
+            types[n] == "tensor(bfloat16)" for n in output_names
+        )
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        feeds = [
+            _utf8_strings(array, name) if is_string else array
+            for array, name, is_string in zip(
+                inputs, self._input_names, self._string_inputs, strict=True
+            )
+        ]
+        if not self._uses_ortvalues:
+            # session.run releases the GIL while it computes.
+            outputs: list[np.ndarray] = self._session.run(
+                self._output_names, dict(zip(self._input_names, feeds, strict=True))
+            )
+            return outputs
+        values = {
+            name: (
+                self._ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array, _BF16_ONNX_TYPE)
+                if is_bf16
+                else self._ort.OrtValue.ortvalue_from_numpy(array)
+            )
+            for name, array, is_bf16 in zip(self._input_names, feeds, self._bf16_inputs, strict=True)
+        }
+        results = self._session.run_with_ort_values(self._output_names, values)
+        return [_to_numpy(value) for value in results]
+
+    def close(self) -> None:
+        # Dropping the session frees its memory; there is nothing else to release.
+        del self._session
+
+
+def _utf8_strings(array: np.ndarray, name: str) -> np.ndarray:
+    out = np.empty(array.shape, dtype=object)
+    flat_in, flat_out = array.reshape(-1), out.reshape(-1)
+    for i, element in enumerate(flat_in):
+        try:
+            flat_out[i] = element.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument(
+                f"input {name!r} element {i} is not UTF-8 text, which ONNX Runtime strings require"
+            ) from None
+    return out
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        result: np.ndarray = value.numpy()
+        return result
+    # No numpy dtype for bfloat16: copy the raw 16-bit patterns out as uint16.
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype=np.uint16)
+    buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.frombuffer(buffer, dtype=np.uint16).reshape(shape).copy()

@@ -1,0 +1,1 @@
+"""Cross-cutting observability: structured logs (tracing and metrics join here)."""

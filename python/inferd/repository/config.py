@@ -1,0 +1,219 @@
+"""A model's configuration: ``config.pbtxt`` (protobuf text format) completed from the ONNX model.
+
+What the config leaves out (inputs, outputs, dims, ``max_batch_size``) is read from the model, as
+Triton's auto-complete does; what it states is checked against the model, and a mismatch fails the
+load with a message naming both sides. ``ModelConfig`` answers with the completed config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+
+from inferd._proto import model_config_pb2
+from inferd.datatypes import BY_CONFIG_TYPE, Datatype
+from inferd.errors import ModelLoadError
+
+ModelConfig = model_config_pb2.ModelConfig
+
+ONNX_PLATFORM = "onnxruntime_onnx"
+ONNX_BACKEND = "onnxruntime"
+
+# onnx.TensorProto element type -> inference.DataType (config) value.
+_ONNX_ELEMENT_TYPES: dict[int, int] = {
+    1: 11,  # FLOAT -> FP32
+    2: 2,  # UINT8
+    3: 6,  # INT8
+    4: 3,  # UINT16
+    5: 7,  # INT16
+    6: 8,  # INT32
+    7: 9,  # INT64
+    8: 13,  # STRING -> BYTES
+    9: 1,  # BOOL
+    10: 10,  # FLOAT16 -> FP16
+    11: 12,  # DOUBLE -> FP64
+    12: 4,  # UINT32
+    13: 5,  # UINT64
+    16: 14,  # BFLOAT16 -> BF16
+}
+
+
+@dataclass(frozen=True)
+class ModelTensor:
+    """A tensor as the ONNX model declares it: full shape, -1 for a symbolic or unknown dim."""
+
+    name: str
+    datatype: Datatype
+    shape: tuple[int, ...]
+
+
+def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor]]:
+    """The graph's real inputs (initializers excluded) and outputs, without loading weights."""
+    import onnx  # deferred: only loading a model needs it
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        raise ModelLoadError(f"{path}: not a readable ONNX model: {e}") from e
+    initializers = {init.name for init in model.graph.initializer}
+
+    def tensor(value_info: Any) -> ModelTensor:
+        tensor_type = value_info.type.tensor_type
+        config_type = _ONNX_ELEMENT_TYPES.get(tensor_type.elem_type)
+        if config_type is None:
+            raise ModelLoadError(
+                f"{path}: tensor {value_info.name!r} has ONNX element type "
+                f"{tensor_type.elem_type}, which the protocol cannot carry"
+            )
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim
+        )
+        return ModelTensor(value_info.name, BY_CONFIG_TYPE[config_type], dims)
+
+    inputs = [tensor(v) for v in model.graph.input if v.name not in initializers]
+    outputs = [tensor(v) for v in model.graph.output]
+    return inputs, outputs
+
+
+def parse_config_text(text: str, source: str) -> Any:
+    """config.pbtxt text -> ModelConfig; ModelLoadError naming the line on a syntax error."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise ModelLoadError(f"{source}: {e}") from e
+    return config
+
+
+def load_model_config(
+    name: str, config_path: Path | None, model_path: Path, *, default_max_batch_size: int
+) -> Any:
+    """The completed, checked config of model ``name`` whose ONNX file is ``model_path``."""
+    config = (
+        parse_config_text(config_path.read_text(), str(config_path)) if config_path else ModelConfig()
+    )
+    if config.name and config.name != name:
+        raise ModelLoadError(
+            f"model {name!r}: config.pbtxt names the model {config.name!r}; "
+            "the name must match the folder"
+        )
+    config.name = name
+    _check_platform(config)
+    inputs, outputs = read_onnx_signature(model_path)
+    _complete(config, inputs, outputs, default_max_batch_size)
+    _check_against_model(config, inputs, outputs)
+    return config
+
+
+def _check_platform(config: Any) -> None:
+    if config.platform and config.platform != ONNX_PLATFORM:
+        raise ModelLoadError(
+            f"model {config.name!r}: platform {config.platform!r} is not supported yet "
+            f"(supported: {ONNX_PLATFORM!r})"
+        )
+    if config.backend and config.backend != ONNX_BACKEND:
+        raise ModelLoadError(
+            f"model {config.name!r}: backend {config.backend!r} is not supported yet "
+            f"(supported: {ONNX_BACKEND!r})"
+        )
+    config.platform = ONNX_PLATFORM
+    config.backend = ONNX_BACKEND
+    for group in config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
+            raise ModelLoadError(
+                f"model {config.name!r}: instance_group kind KIND_GPU needs the GPU build "
+                "(not available in this server)"
+            )
+
+
+def _batchable(tensors: list[ModelTensor]) -> bool:
+    return all(len(t.shape) >= 1 and t.shape[0] == -1 for t in tensors)
+
+
+def _complete(
+    config: Any,
+    inputs: list[ModelTensor],
+    outputs: list[ModelTensor],
+    default_max_batch_size: int,
+) -> None:
+    stated_io = bool(config.input) or bool(config.output)
+    if config.max_batch_size == 0 and not stated_io and _batchable(inputs + outputs):
+        # A dynamic first dim on every tensor: the model batches (Triton's ORT default is 4).
+        config.max_batch_size = default_max_batch_size
+    skip = 1 if config.max_batch_size > 0 else 0
+    if not config.input:
+        for t in inputs:
+            config.input.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
+    if not config.output:
+        for t in outputs:
+            config.output.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
+    if not config.instance_group:
+        config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    for group in config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_AUTO:
+            group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
+        if group.count == 0:
+            group.count = 1
+
+
+def _check_against_model(
+    config: Any, inputs: list[ModelTensor], outputs: list[ModelTensor]
+) -> None:
+    batched = config.max_batch_size > 0
+    if config.max_batch_size < 0:
+        raise ModelLoadError(f"model {config.name!r}: max_batch_size must not be negative")
+    for kind, stated, declared, complete in (
+        ("input", config.input, inputs, True),
+        ("output", config.output, outputs, False),
+    ):
+        by_name = {t.name: t for t in declared}
+        seen: set[str] = set()
+        for tensor in stated:
+            where = f"model {config.name!r} {kind} {tensor.name!r}"
+            if tensor.name in seen:
+                raise ModelLoadError(f"{where}: listed twice in config.pbtxt")
+            seen.add(tensor.name)
+            model_tensor = by_name.get(tensor.name)
+            if model_tensor is None:
+                raise ModelLoadError(
+                    f"{where}: config.pbtxt names it, the ONNX model has no such {kind} "
+                    f"(it has {sorted(by_name)})"
+                )
+            if tensor.HasField("reshape"):
+                raise ModelLoadError(f"{where}: 'reshape' is not supported yet")
+            configured = BY_CONFIG_TYPE.get(tensor.data_type)
+            if configured is None:
+                raise ModelLoadError(f"{where}: config.pbtxt sets no valid data_type")
+            if configured != model_tensor.datatype:
+                raise ModelLoadError(
+                    f"{where}: config.pbtxt says TYPE_{_config_name(configured)}, "
+                    f"the ONNX model says TYPE_{_config_name(model_tensor.datatype)}"
+                )
+            full = ((-1,) if batched else ()) + tuple(tensor.dims)
+            if len(full) != len(model_tensor.shape) or any(
+                c != m and m != -1 for c, m in zip(full, model_tensor.shape, strict=True)
+            ):
+                raise ModelLoadError(
+                    f"{where}: config.pbtxt gives shape {list(full)} "
+                    f"({'batch dim + ' if batched else ''}dims), "
+                    f"the ONNX model has {list(model_tensor.shape)} (-1 = variable)"
+                )
+            if batched and model_tensor.shape[0] != -1:
+                raise ModelLoadError(
+                    f"{where}: max_batch_size > 0 needs a variable first dim, "
+                    f"the ONNX model fixes it to {model_tensor.shape[0]}"
+                )
+        if complete:
+            missing = sorted(set(by_name) - seen)
+            if missing:
+                raise ModelLoadError(
+                    f"model {config.name!r}: the ONNX model needs {kind}s {missing}, "
+                    "config.pbtxt does not list them"
+                )
+
+
+def _config_name(d: Datatype) -> str:
+    return "STRING" if d.name == "BYTES" else d.name

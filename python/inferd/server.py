@@ -1,0 +1,115 @@
+"""The composition root: settings -> repository -> models and schedulers -> gRPC server.
+
+``create_server`` builds a server and binds its port; ``start`` and ``stop`` run it. Tests and the
+CLI use the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from inferd._proto import POOL, grpc_service_pb2, grpc_service_pb2_grpc
+from inferd.batching import CompletionDispatcher
+from inferd.dataplane import DataPlane
+from inferd.executors import OnnxRuntimeOptions
+from inferd.executors.onnxruntime import default_intra_op_threads
+from inferd.models import ModelRegistry
+from inferd.repository import ModelRepository
+from inferd.settings import ServerSettings
+from inferd.transport.servicer import InferenceServicer, ServerState
+
+log = structlog.get_logger(__name__)
+
+SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+@dataclass
+class InferenceServer:
+    """A built server: its gRPC server, bound port, models and health."""
+
+    settings: ServerSettings
+    grpc_server: grpc.aio.Server
+    port: int
+    registry: ModelRegistry
+    dispatcher: CompletionDispatcher
+    health: health.aio.HealthServicer
+    state: ServerState
+
+    async def start(self) -> None:
+        await self.grpc_server.start()
+        self.state.accepting = True
+        serving = self.registry.all_ready()
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.health.set("", status)
+        await self.health.set(SERVICE_NAME, status)
+        log.info("server started", port=self.port, ready=serving, models=len(self.registry.loaded()))
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains
+        the models' queues and frees them."""
+        grace = self.settings.exit_timeout_secs if grace is None else grace
+        self.state.accepting = False
+        await self.health.enter_graceful_shutdown()
+        await self.grpc_server.stop(grace)
+        await self.registry.close()
+        self.dispatcher.close()
+        log.info("server stopped")
+
+    async def wait_for_termination(self) -> None:
+        await self.grpc_server.wait_for_termination()
+
+
+def _ort_defaults(settings: ServerSettings) -> OnnxRuntimeOptions:
+    return OnnxRuntimeOptions(
+        intra_op_thread_count=settings.intra_op_thread_count or default_intra_op_threads(),
+        inter_op_thread_count=settings.inter_op_thread_count,
+    )
+
+
+async def create_server(settings: ServerSettings) -> InferenceServer:
+    """Loads the repository's models and binds the gRPC port. Must run on the loop that will
+    serve: the core's completions are delivered to it."""
+    loop = asyncio.get_running_loop()
+    dispatcher = CompletionDispatcher(loop)
+    registry = ModelRegistry(
+        ModelRepository(settings.model_repository),
+        dispatcher,
+        default_max_batch_size=settings.default_max_batch_size,
+        onnxruntime_options=_ort_defaults(settings),
+    )
+    # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
+    await loop.run_in_executor(None, registry.load_all)
+
+    options = [
+        ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
+        ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    state = ServerState()
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceServicer(DataPlane(registry), state), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Reflection describes services from inferd's private descriptor pool (see inferd._proto),
+    # which therefore also gets the health and reflection files.
+    for module in (health_pb2, reflection_pb2):
+        try:
+            POOL.FindFileByName(module.DESCRIPTOR.name)
+        except KeyError:
+            POOL.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+    reflection.enable_server_reflection(
+        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server, pool=POOL
+    )
+    port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+    if port == 0:
+        raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
+    if settings.grpc_unix_socket:
+        server.add_insecure_port(f"unix:{settings.grpc_unix_socket}")
+    return InferenceServer(settings, server, port, registry, dispatcher, health_servicer, state)

@@ -1,0 +1,120 @@
+"""``inference.GRPCInferenceService``: each handler decodes, calls the data plane, encodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from inferd import __version__
+from inferd._proto import grpc_service_pb2 as pb
+from inferd._proto import grpc_service_pb2_grpc
+from inferd.dataplane import DataPlane
+from inferd.errors import InferdError
+from inferd.transport import codec
+from inferd.transport.status import answers_errors, grpc_status
+
+# Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
+# ModelStatistics only when "statistics" is listed.
+EXTENSIONS = ["model_configuration", "statistics"]
+
+
+class ServerState:
+    """What liveness and readiness report. Set by the server's start and stop."""
+
+    def __init__(self) -> None:
+        self.live = True
+        self.accepting = False  # false before start and once shutdown begins
+
+
+class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, dataplane: DataPlane, state: ServerState) -> None:
+        self._dataplane = dataplane
+        self._state = state
+
+    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.ServerLiveResponse(live=self._state.live)
+
+    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        ready = self._state.accepting and self._dataplane.registry.all_ready()
+        return pb.ServerReadyResponse(ready=ready)
+
+    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            self._dataplane.registry.get(request.name, request.version)
+        except InferdError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=self._state.accepting)
+
+    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.ServerMetadataResponse(name="inferd", version=__version__, extensions=EXTENSIONS)
+
+    @answers_errors
+    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        model = self._dataplane.registry.get(request.name, request.version)
+        versions = self._dataplane.registry.ready_versions(model.name)
+        return codec.encode_model_metadata(model, versions)
+
+    @answers_errors
+    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        model = self._dataplane.registry.get(request.name, request.version)
+        return pb.ModelConfigResponse(config=model.config)
+
+    @answers_errors
+    async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return codec.encode_model_statistics(
+            self._dataplane.statistics(request.name, request.version)
+        )
+
+    @answers_errors
+    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return codec.encode_repository_index(self._dataplane.registry.statuses(), request.ready)
+
+    @answers_errors
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        response = await self._dataplane.infer(codec.decode_infer_request(request))
+        return codec.encode_infer_response(response)
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Answers each request as it completes, not in arrival order. A failed request is
+        answered in ``error_message`` and the stream goes on, unless the client sent the
+        ``triton_grpc_error: true`` header (Triton's opt-in): then the call ends with the status."""
+        metadata = dict(context.invocation_metadata() or ())
+        end_on_error = str(metadata.get("triton_grpc_error", "")).lower() == "true"
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def answer(request: Any) -> None:
+            try:
+                response = await self._dataplane.infer(codec.decode_infer_request(request))
+                await answers.put(pb.ModelStreamInferResponse(infer_response=codec.encode_infer_response(response)))
+            except Exception as e:
+                await answers.put(e)
+
+        async def read_all() -> None:
+            tasks: set[asyncio.Task[None]] = set()
+            try:
+                async for request in requests:
+                    task = asyncio.create_task(answer(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks)
+            finally:
+                await answers.put(None)
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (item := await answers.get()) is not None:
+                if isinstance(item, Exception):
+                    code, message = grpc_status(item)
+                    if end_on_error:
+                        await context.abort(code, message)
+                    yield pb.ModelStreamInferResponse(error_message=message)
+                else:
+                    yield item
+        finally:
+            reader.cancel()

@@ -1,0 +1,217 @@
+"""Tests for the example model repository generator."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from inferd.examples import make_examples, write_identity_model
+
+EXPECTED_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes"]
+
+# onnxruntime's type string per protocol datatype (as reported by NodeArg.type).
+ORT_TYPES: dict[str, str] = {
+    "BOOL": "tensor(bool)",
+    "UINT8": "tensor(uint8)",
+    "UINT16": "tensor(uint16)",
+    "UINT32": "tensor(uint32)",
+    "UINT64": "tensor(uint64)",
+    "INT8": "tensor(int8)",
+    "INT16": "tensor(int16)",
+    "INT32": "tensor(int32)",
+    "INT64": "tensor(int64)",
+    "FP16": "tensor(float16)",
+    "BF16": "tensor(bfloat16)",
+    "FP32": "tensor(float)",
+    "FP64": "tensor(double)",
+    "BYTES": "tensor(string)",
+}
+
+# numpy has no bfloat16 that onnxruntime accepts, and strings need str objects,
+# so those two are only load-checked here.
+NUMPY_DTYPES: dict[str, type[np.generic]] = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+CONFIG_TYPES: dict[str, str] = {dt: f"TYPE_{dt}" for dt in ORT_TYPES} | {
+    "BYTES": "TYPE_STRING"
+}
+
+
+def _session(path: pathlib.Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _model_path(root: pathlib.Path, name: str) -> pathlib.Path:
+    return root / name / "1" / "model.onnx"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("repo")
+    assert make_examples(root) == EXPECTED_MODELS
+    return root
+
+
+def test_layout(repo: pathlib.Path) -> None:
+    for name in EXPECTED_MODELS:
+        model = onnx.load(_model_path(repo, name))
+        assert model.ir_version == 9
+        assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
+    # identity_fp32 deliberately has no config; the server must complete it.
+    with_config = {p.parent.name for p in repo.glob("*/config.pbtxt")}
+    assert with_config == {"simple", "mlp", "identity_bytes"}
+    for name in with_config:
+        text = (repo / name / "config.pbtxt").read_text()
+        assert f'name: "{name}"' in text
+        assert 'platform: "onnxruntime_onnx"' in text
+    assert "max_batch_size: 8\n" in (repo / "simple" / "config.pbtxt").read_text()
+    assert "max_batch_size: 64\n" in (repo / "mlp" / "config.pbtxt").read_text()
+    bytes_cfg = (repo / "identity_bytes" / "config.pbtxt").read_text()
+    assert "data_type: TYPE_STRING" in bytes_cfg
+    assert "dims: [ -1 ]" in bytes_cfg
+
+
+def test_simple(repo: pathlib.Path) -> None:
+    sess = _session(_model_path(repo, "simple"))
+    assert [i.shape for i in sess.get_inputs()] == [["batch", 16], ["batch", 16]]
+    rng = np.random.default_rng(1)
+    a = rng.integers(-1000, 1000, size=(3, 16), dtype=np.int32)
+    b = rng.integers(-1000, 1000, size=(3, 16), dtype=np.int32)
+    out0, out1 = sess.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
+    assert out0.dtype == np.int32
+    np.testing.assert_array_equal(out0, a + b)
+    np.testing.assert_array_equal(out1, a - b)
+
+
+@pytest.mark.parametrize("length", [1, 37])
+def test_identity_fp32(repo: pathlib.Path, length: int) -> None:
+    sess = _session(_model_path(repo, "identity_fp32"))
+    assert sess.get_inputs()[0].shape == ["batch", "length"]
+    x = np.random.default_rng(length).standard_normal((2, length)).astype(np.float32)
+    (y,) = sess.run(None, {"INPUT0": x})
+    np.testing.assert_array_equal(y, x)
+
+
+def _mlp_reference(
+    model: onnx.ModelProto, x: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    weights = {
+        t.name: numpy_helper.to_array(t).astype(np.float64)
+        for t in model.graph.initializer
+    }
+    n_layers = len(weights) // 2
+    h = x
+    for i in range(n_layers):
+        h = h @ weights[f"fc{i}.weight"] + weights[f"fc{i}.bias"]
+        if i < n_layers - 1:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def test_mlp(repo: pathlib.Path) -> None:
+    path = _model_path(repo, "mlp")
+    sess = _session(path)
+    assert sess.get_inputs()[0].shape == ["batch", 512]
+    assert sess.get_outputs()[0].shape == ["batch", 10]
+    x = np.random.default_rng(2).standard_normal((5, 512)).astype(np.float32)
+    (y,) = sess.run(None, {"INPUT0": x})
+    assert y.shape == (5, 10)
+    assert y.dtype == np.float32
+    expected = _mlp_reference(onnx.load(path), x.astype(np.float64))
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_identity_bytes(repo: pathlib.Path) -> None:
+    sess = _session(_model_path(repo, "identity_bytes"))
+    assert sess.get_inputs()[0].type == "tensor(string)"
+    # onnxruntime only takes str elements; the server decodes UTF-8 to get here.
+    x = np.array(
+        [["hello", "wörld", ""], ["a\x00b", "x", "longer string"]], dtype=object
+    )
+    (y,) = sess.run(None, {"INPUT0": x})
+    assert y.shape == x.shape
+    assert y.tolist() == x.tolist()
+
+
+def test_reproducible(tmp_path: pathlib.Path) -> None:
+    make_examples(tmp_path / "a")
+    make_examples(tmp_path / "b")
+    for name in EXPECTED_MODELS:
+        first = _model_path(tmp_path / "a", name).read_bytes()
+        assert first == _model_path(tmp_path / "b", name).read_bytes(), name
+
+
+def test_rerun_overwrites(tmp_path: pathlib.Path) -> None:
+    # Regenerating into an existing repository must succeed and be idempotent.
+    make_examples(tmp_path)
+    before = _model_path(tmp_path, "mlp").read_bytes()
+    assert make_examples(tmp_path) == EXPECTED_MODELS
+    assert _model_path(tmp_path, "mlp").read_bytes() == before
+
+
+@pytest.mark.parametrize("datatype", list(ORT_TYPES))
+def test_write_identity_model(tmp_path: pathlib.Path, datatype: str) -> None:
+    model_dir = tmp_path / f"identity_{datatype.lower()}"
+    write_identity_model(model_dir, datatype, max_batch_size=4)
+
+    config = (model_dir / "config.pbtxt").read_text()
+    assert f'name: "{model_dir.name}"' in config
+    assert "max_batch_size: 4\n" in config
+    assert config.count(f"data_type: {CONFIG_TYPES[datatype]}\n") == 2
+    assert config.count("dims: [ -1 ]") == 2
+
+    sess = _session(model_dir / "1" / "model.onnx")
+    (inp,) = sess.get_inputs()
+    (out,) = sess.get_outputs()
+    assert (inp.name, inp.type, inp.shape) == (
+        "INPUT0",
+        ORT_TYPES[datatype],
+        ["batch", "length"],
+    )
+    assert (out.name, out.type, out.shape) == (
+        "OUTPUT0",
+        ORT_TYPES[datatype],
+        ["batch", "length"],
+    )
+
+    dtype = NUMPY_DTYPES.get(datatype)
+    if dtype is None:
+        return
+    raw = np.random.default_rng(3).integers(0, 100, size=(3, 5))
+    x = (raw % 2 == 0) if dtype is np.bool_ else raw.astype(dtype)
+    (y,) = sess.run(None, {"INPUT0": x})
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y, x)
+
+
+def test_write_identity_model_options(tmp_path: pathlib.Path) -> None:
+    write_identity_model(tmp_path / "noconfig", "INT8", with_config=False)
+    assert (tmp_path / "noconfig" / "1" / "model.onnx").is_file()
+    assert not (tmp_path / "noconfig" / "config.pbtxt").exists()
+
+    # Without batching the config has to carry the model's full rank.
+    write_identity_model(tmp_path / "nobatch", "FP32", max_batch_size=0)
+    config = (tmp_path / "nobatch" / "config.pbtxt").read_text()
+    assert "max_batch_size: 0\n" in config
+    assert config.count("dims: [ -1, -1 ]") == 2
+
+    with pytest.raises(ValueError, match="unknown datatype"):
+        write_identity_model(tmp_path / "bad", "FP8")
