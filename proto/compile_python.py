@@ -22,8 +22,14 @@ def main(argv: list[str]) -> int:
     protos = [pathlib.Path(p) for p in argv[2:]]
     out.mkdir(parents=True, exist_ok=True)
     include = {str(p.parent) for p in protos}
-    args = ["protoc", *(f"-I{d}" for d in include), f"--python_out={out}", f"--pyi_out={out}",
-            f"--grpc_python_out={out}", *(str(p) for p in protos)]
+    args = [
+        "protoc",
+        *(f"-I{d}" for d in include),
+        f"--python_out={out}",
+        f"--pyi_out={out}",
+        f"--grpc_python_out={out}",
+        *(str(p) for p in protos),
+    ]
     if protoc.main(args) != 0:
         print("protoc failed", file=sys.stderr)
         return 1

@@ -1,4 +1,7 @@
-"""``inferd serve`` and ``inferd make-examples``: flags and INFERD_* variables -> settings -> run."""
+"""``inferd serve`` and ``inferd make-examples``.
+
+Flags and INFERD_* variables -> settings -> run.
+"""
 
 from __future__ import annotations
 

@@ -23,7 +23,12 @@ class DataPlane:
         selected = _selected_outputs(model, request.outputs)
         results = await model.scheduler.infer(inputs, batch_size)
         outputs = [
-            Tensor(model.outputs[i].name, model.outputs[i].datatype.name, tuple(results[i][1]), results[i][2])
+            Tensor(
+                model.outputs[i].name,
+                model.outputs[i].datatype.name,
+                tuple(results[i][1]),
+                results[i][2],
+            )
             for i in selected
         ]
         return InferResponse(model.name, str(model.version), request.id, outputs)
@@ -51,17 +56,18 @@ def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTens
     batch_size = 1
     core: list[CoreTensor] = []
     for index, spec in enumerate(model.inputs):
-        tensor = by_name.get(spec.name)
-        if tensor is None:
+        found = by_name.get(spec.name)
+        if found is None:
             raise InvalidArgument(f"model {model.name!r} needs input {spec.name!r}, it is missing")
-        rows = _check_input(model, spec, tensor)
+        rows = _check_input(model, spec, found)
         if index == 0:
             batch_size = rows
         elif rows != batch_size:
             raise InvalidArgument(
-                f"input {spec.name!r} has batch size {rows}, input {model.inputs[0].name!r} has {batch_size}"
+                f"input {spec.name!r} has batch size {rows}, "
+                f"input {model.inputs[0].name!r} has {batch_size}"
             )
-        core.append((spec.datatype.config_type, tensor.shape, tensor.data))
+        core.append((spec.datatype.config_type, found.shape, found.data))
     return core, batch_size
 
 
@@ -76,19 +82,18 @@ def _check_input(model: LoadedModel, spec: TensorSpec, tensor: Tensor) -> int:
     batched = model.max_batch_size > 0
     want = ((-1,) if batched else ()) + spec.dims
     if len(shape) != len(want) or any(w != -1 and w != s for w, s in zip(want, shape, strict=True)):
-        raise InvalidArgument(
-            f"{where} takes shape {list(want)} (-1 = any), got {list(shape)}"
-        )
+        raise InvalidArgument(f"{where} takes shape {list(want)} (-1 = any), got {list(shape)}")
     rows = shape[0] if batched else 1
     if batched and not 1 <= rows <= model.max_batch_size:
         raise InvalidArgument(
             f"{where}: batch size {rows} is outside 1..{model.max_batch_size} (max_batch_size)"
         )
     elements = math.prod(shape)
-    size = memoryview(tensor.data).nbytes
+    data = tensor.data if isinstance(tensor.data, bytes) else tensor.data.tobytes()
+    size = len(data)
     if spec.datatype.is_bytes:
         try:
-            count = count_bytes_elements(memoryview(tensor.data).cast("B"))
+            count = count_bytes_elements(data)
         except ValueError as e:
             raise InvalidArgument(f"{where}: malformed BYTES data: {e}") from None
         if count != elements:

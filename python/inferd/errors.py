@@ -12,7 +12,10 @@ from typing import ClassVar
 
 
 class ErrorCode(enum.IntEnum):
-    """What kind of failure. Numbered as the core's ``inferd::StatusCode`` (cpp/include/inferd/status.h)."""
+    """What kind of failure.
+
+    Numbered as the core's ``inferd::StatusCode`` (cpp/include/inferd/status.h).
+    """
 
     INVALID_ARGUMENT = 1  # the request is wrong; retrying it unchanged will fail again
     NOT_FOUND = 2  # no such model or version

@@ -201,9 +201,7 @@ def _write_mlp(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
     n_layers = len(MLP_SIZES) - 1
     for i, (fan_in, fan_out) in enumerate(itertools.pairwise(MLP_SIZES)):
         # 1/sqrt(fan_in) keeps activations O(1) through the stack.
-        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(
-            np.float32
-        )
+        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
         b = (rng.standard_normal(fan_out) * 0.01).astype(np.float32)
         initializers += [
             numpy_helper.from_array(w, f"fc{i}.weight"),
@@ -212,9 +210,7 @@ def _write_mlp(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
         last = i == n_layers - 1
         y = "OUTPUT0" if last else f"fc{i}"
         nodes.append(
-            helper.make_node(
-                "Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], name=f"fc{i}"
-            )
+            helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], name=f"fc{i}")
         )
         if not last:
             nodes.append(helper.make_node("Relu", [y], [f"relu{i}"], name=f"relu{i}"))

@@ -14,7 +14,9 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from inferd._proto import POOL, grpc_service_pb2, grpc_service_pb2_grpc
+import inferd._proto.grpc_service_pb2 as grpc_service_pb2
+import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
+from inferd._proto import POOL
 from inferd.batching import CompletionDispatcher
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
@@ -45,10 +47,16 @@ class InferenceServer:
         await self.grpc_server.start()
         self.state.accepting = True
         serving = self.registry.all_ready()
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         await self.health.set("", status)
         await self.health.set(SERVICE_NAME, status)
-        log.info("server started", port=self.port, ready=serving, models=len(self.registry.loaded()))
+        log.info(
+            "server started", port=self.port, ready=serving, models=len(self.registry.loaded())
+        )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains

@@ -1,5 +1,5 @@
-"""Every server setting, declared once: flag name, environment variable (INFERD_<NAME>), default
-and help all come from the fields below."""
+"""Every server setting, declared once: the flag (``--grpc-port``), the environment variable
+(``INFERD_GRPC_PORT``), the default and the help text all come from the fields below."""
 
 from __future__ import annotations
 
@@ -8,38 +8,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _setting(default: object, help: str) -> object:
-    return field(default=default, metadata={"help": help})
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    model_repository: Path = _setting(Path("models"), "Folder of models in the Triton layout.")  # type: ignore[assignment]
-    host: str = _setting("0.0.0.0", "Address the gRPC server binds to.")  # type: ignore[assignment]
-    grpc_port: int = _setting(8001, "gRPC port (0 picks a free one).")  # type: ignore[assignment]
-    grpc_unix_socket: str = _setting(
-        "", "Also listen on this Unix socket path (for sidecars); empty = no socket."
-    )  # type: ignore[assignment]
-    grpc_max_message_bytes: int = _setting(
-        2**31 - 1, "Largest request or response message, as Triton (gRPC's default is 4 MiB)."
-    )  # type: ignore[assignment]
-    default_max_batch_size: int = _setting(
-        4, "max_batch_size given to a model without one whose tensors all have a dynamic first dim."
-    )  # type: ignore[assignment]
-    intra_op_thread_count: int = _setting(
-        0, "ONNX Runtime threads per session unless the model's parameters say; 0 = one per core."
-    )  # type: ignore[assignment]
-    inter_op_thread_count: int = _setting(
-        1, "ONNX Runtime inter-op threads per session unless the model's parameters say."
-    )  # type: ignore[assignment]
-    exit_timeout_secs: float = _setting(
-        30.0, "On shutdown, how long in-flight requests may take before the server stops anyway."
-    )  # type: ignore[assignment]
-    log_format: str = _setting("auto", "auto (console on a terminal, else JSON), json or console.")  # type: ignore[assignment]
-    log_level: str = _setting("info", "debug, info, warning or error.")  # type: ignore[assignment]
-
-    def replace(self, **changes: object) -> ServerSettings:
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+    model_repository: Path = field(
+        default=Path("models"), metadata=_help("Folder of models in the Triton layout.")
+    )
+    host: str = field(default="0.0.0.0", metadata=_help("Address the gRPC server binds to."))
+    grpc_port: int = field(default=8001, metadata=_help("gRPC port (0 picks a free one)."))
+    grpc_unix_socket: str = field(
+        default="",
+        metadata=_help("Also listen on this Unix socket path (for sidecars); empty = none."),
+    )
+    grpc_max_message_bytes: int = field(
+        default=2**31 - 1,
+        metadata=_help("Largest request or response, as Triton (gRPC's default is 4 MiB)."),
+    )
+    default_max_batch_size: int = field(
+        default=4,
+        metadata=_help(
+            "max_batch_size of a model without config inputs/outputs whose tensors all have "
+            "a dynamic first dim (Triton's ONNX Runtime default)."
+        ),
+    )
+    intra_op_thread_count: int = field(
+        default=0,
+        metadata=_help(
+            "ONNX Runtime threads per session unless the model's parameters say; 0 = one per core."
+        ),
+    )
+    inter_op_thread_count: int = field(
+        default=1,
+        metadata=_help(
+            "ONNX Runtime inter-op threads per session unless the model's parameters say"
+        ),
+    )
+    exit_timeout_secs: float = field(
+        default=30.0,
+        metadata=_help("On shutdown, how long in-flight requests may take before the stop."),
+    )
+    log_format: str = field(
+        default="auto", metadata=_help("auto (console on a terminal, else JSON), json or console.")
+    )
+    log_level: str = field(default="info", metadata=_help("debug, info, warning or error."))
 
 
 def setting_fields() -> list[dataclasses.Field[object]]:

@@ -50,9 +50,7 @@ NUMPY_DTYPES: dict[str, type[np.generic]] = {
     "FP64": np.float64,
 }
 
-CONFIG_TYPES: dict[str, str] = {dt: f"TYPE_{dt}" for dt in ORT_TYPES} | {
-    "BYTES": "TYPE_STRING"
-}
+CONFIG_TYPES: dict[str, str] = {dt: f"TYPE_{dt}" for dt in ORT_TYPES} | {"BYTES": "TYPE_STRING"}
 
 
 def _session(path: pathlib.Path) -> ort.InferenceSession:
@@ -110,13 +108,8 @@ def test_identity_fp32(repo: pathlib.Path, length: int) -> None:
     np.testing.assert_array_equal(y, x)
 
 
-def _mlp_reference(
-    model: onnx.ModelProto, x: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    weights = {
-        t.name: numpy_helper.to_array(t).astype(np.float64)
-        for t in model.graph.initializer
-    }
+def _mlp_reference(model: onnx.ModelProto, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    weights = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     n_layers = len(weights) // 2
     h = x
     for i in range(n_layers):
@@ -143,9 +136,7 @@ def test_identity_bytes(repo: pathlib.Path) -> None:
     sess = _session(_model_path(repo, "identity_bytes"))
     assert sess.get_inputs()[0].type == "tensor(string)"
     # onnxruntime only takes str elements; the server decodes UTF-8 to get here.
-    x = np.array(
-        [["hello", "wörld", ""], ["a\x00b", "x", "longer string"]], dtype=object
-    )
+    x = np.array([["hello", "wörld", ""], ["a\x00b", "x", "longer string"]], dtype=object)
     (y,) = sess.run(None, {"INPUT0": x})
     assert y.shape == x.shape
     assert y.tolist() == x.tolist()

@@ -53,9 +53,7 @@ def _all_messages(file: FileDescriptor) -> dict[str, Descriptor]:
 
 
 def _all_enums(file: FileDescriptor) -> dict[str, EnumDescriptor]:
-    enums: dict[str, EnumDescriptor] = {
-        e.full_name: e for e in file.enum_types_by_name.values()
-    }
+    enums: dict[str, EnumDescriptor] = {e.full_name: e for e in file.enum_types_by_name.values()}
     for message in _all_messages(file).values():
         enums.update({e.full_name: e for e in message.enum_types})
     return enums
@@ -68,15 +66,9 @@ def _files(index: int) -> list[FileDescriptor]:
 THEIR_MESSAGES: dict[str, Descriptor] = {
     k: v for f in _files(0) for k, v in _all_messages(f).items()
 }
-OUR_MESSAGES: dict[str, Descriptor] = {
-    k: v for f in _files(1) for k, v in _all_messages(f).items()
-}
-THEIR_ENUMS: dict[str, EnumDescriptor] = {
-    k: v for f in _files(0) for k, v in _all_enums(f).items()
-}
-OUR_ENUMS: dict[str, EnumDescriptor] = {
-    k: v for f in _files(1) for k, v in _all_enums(f).items()
-}
+OUR_MESSAGES: dict[str, Descriptor] = {k: v for f in _files(1) for k, v in _all_messages(f).items()}
+THEIR_ENUMS: dict[str, EnumDescriptor] = {k: v for f in _files(0) for k, v in _all_enums(f).items()}
+OUR_ENUMS: dict[str, EnumDescriptor] = {k: v for f in _files(1) for k, v in _all_enums(f).items()}
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
@@ -101,9 +93,7 @@ def _oneof_name(field: FieldDescriptor) -> str | None:
 
 
 def _our_service() -> ServiceDescriptor:
-    service: ServiceDescriptor = grpc_service_pb2.DESCRIPTOR.services_by_name[
-        SERVICE_NAME
-    ]
+    service: ServiceDescriptor = grpc_service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME]
     return service
 
 
@@ -115,9 +105,7 @@ def test_reference_is_not_empty() -> None:
     assert len(THEIR_MESSAGES) > 50
 
 
-@pytest.mark.parametrize(
-    ("theirs", "ours"), MODULE_PAIRS, ids=lambda m: str(m.__name__)
-)
+@pytest.mark.parametrize(("theirs", "ours"), MODULE_PAIRS, ids=lambda m: str(m.__name__))
 def test_file_identity(theirs: ModuleType, ours: ModuleType) -> None:
     their_file: FileDescriptor = theirs.DESCRIPTOR
     our_file: FileDescriptor = ours.DESCRIPTOR
@@ -149,12 +137,8 @@ def test_message_compatible(full_name: str) -> None:
         our_field = our_fields[their_field.name]
         assert our_field.number == their_field.number, f"number of {where}"
         assert our_field.type == their_field.type, f"type of {where}"
-        assert _is_repeated(our_field) == _is_repeated(their_field), (
-            f"repeatedness of {where}"
-        )
-        assert _type_name(our_field) == _type_name(their_field), (
-            f"message/enum type of {where}"
-        )
+        assert _is_repeated(our_field) == _is_repeated(their_field), f"repeatedness of {where}"
+        assert _type_name(our_field) == _type_name(their_field), f"message/enum type of {where}"
         assert _oneof_name(our_field) == _oneof_name(their_field), f"oneof of {where}"
 
 
@@ -173,9 +157,7 @@ def test_enum_compatible(full_name: str) -> None:
 
 
 def test_service_methods_compatible() -> None:
-    theirs: ServiceDescriptor = triton_service_pb2.DESCRIPTOR.services_by_name[
-        SERVICE_NAME
-    ]
+    theirs: ServiceDescriptor = triton_service_pb2.DESCRIPTOR.services_by_name[SERVICE_NAME]
     ours = _our_service()
     assert ours.full_name == theirs.full_name == f"inference.{SERVICE_NAME}"
     for their_method in theirs.methods:
@@ -220,9 +202,7 @@ def test_service_has_all_triton_rpcs() -> None:
 
 def test_round_trip_with_tritonclient_messages() -> None:
     # Bytes produced by ours parse as theirs and back, field for field.
-    ours = grpc_service_pb2.ModelInferRequest(
-        model_name="m", model_version="1", id="req-1"
-    )
+    ours = grpc_service_pb2.ModelInferRequest(model_name="m", model_version="1", id="req-1")
     ours.parameters["priority"].int64_param = 3
     tensor = ours.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
     tensor.parameters["p"].string_param = "v"

@@ -14,12 +14,24 @@ from typing import Any
 
 import numpy as np
 
-from inferd import _core
-from inferd.errors import error_for_code
+import inferd._core as _core
+from inferd.errors import ErrorCode, error_for_code
 from inferd.executors.base import Executor
 
 # (core datatype code, shape, buffer): a tensor as the core takes and returns it.
 CoreTensor = tuple[int, Sequence[int], Any]
+
+
+def check_status_codes() -> None:
+    """The core's status codes must mean what inferd.errors.ErrorCode says they mean."""
+    for name, value in _core.StatusCode.__members__.items():
+        if name != "OK" and ErrorCode[name] != int(value):
+            raise ImportError(
+                f"core StatusCode.{name} = {int(value)}, ErrorCode says {ErrorCode[name]}"
+            )
+
+
+check_status_codes()
 
 
 class CompletionDispatcher:

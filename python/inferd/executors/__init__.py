@@ -1,4 +1,4 @@
-"""Executors: run one model instance on one batch. The core calls ``execute`` from its worker thread."""
+"""Executors run one model instance on one batch; the core calls them from its worker threads."""
 
 from inferd.executors.base import Executor
 from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions

@@ -108,7 +108,9 @@ class OnnxRuntimeExecutor:
                 if is_bf16
                 else self._ort.OrtValue.ortvalue_from_numpy(array)
             )
-            for name, array, is_bf16 in zip(self._input_names, feeds, self._bf16_inputs, strict=True)
+            for name, array, is_bf16 in zip(
+                self._input_names, feeds, self._bf16_inputs, strict=True
+            )
         }
         results = self._session.run_with_ort_values(self._output_names, values)
         return [_to_numpy(value) for value in results]
@@ -141,4 +143,4 @@ def _to_numpy(value: Any) -> np.ndarray:
     if count == 0:
         return np.zeros(shape, dtype=np.uint16)
     buffer = (ctypes.c_uint16 * count).from_address(value.data_ptr())
-    return np.frombuffer(buffer, dtype=np.uint16).reshape(shape).copy()
+    return np.ctypeslib.as_array(buffer).reshape(shape).copy()

@@ -124,7 +124,9 @@ class ModelRegistry:
                 loaded = self._load_version(name, version, config)
             except InferdError as e:
                 log.error("model load failed", model=name, version=version, reason=str(e))
-                self._statuses[key] = ModelStatus(name, str(version), ModelState.UNAVAILABLE, str(e))
+                self._statuses[key] = ModelStatus(
+                    name, str(version), ModelState.UNAVAILABLE, str(e)
+                )
                 continue
             self._models.setdefault(name, {})[version] = loaded
             self._statuses[key] = ModelStatus(name, str(version), ModelState.READY)
@@ -203,4 +205,3 @@ class ModelRegistry:
                 model.name, str(model.version), ModelState.UNAVAILABLE, "unloaded"
             )
         self._models.clear()
-

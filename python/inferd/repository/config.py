@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from inferd._proto import model_config_pb2
+import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import ModelLoadError
 
@@ -68,9 +68,7 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
                 f"{path}: tensor {value_info.name!r} has ONNX element type "
                 f"{tensor_type.elem_type}, which the protocol cannot carry"
             )
-        dims = tuple(
-            d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim
-        )
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
         return ModelTensor(value_info.name, BY_CONFIG_TYPE[config_type], dims)
 
     inputs = [tensor(v) for v in model.graph.input if v.name not in initializers]
@@ -93,7 +91,9 @@ def load_model_config(
 ) -> Any:
     """The completed, checked config of model ``name`` whose ONNX file is ``model_path``."""
     config = (
-        parse_config_text(config_path.read_text(), str(config_path)) if config_path else ModelConfig()
+        parse_config_text(config_path.read_text(), str(config_path))
+        if config_path
+        else ModelConfig()
     )
     if config.name and config.name != name:
         raise ModelLoadError(

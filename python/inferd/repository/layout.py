@@ -1,4 +1,6 @@
-"""Where models and versions live: ``<root>/<model>/[config.pbtxt]`` and ``<root>/<model>/<N>/model.onnx``.
+"""Where models and versions live.
+
+``<root>/<model>/[config.pbtxt]`` and ``<root>/<model>/<N>/model.onnx``.
 
 Names that reach the file system are checked here, so that no model name or version can point
 outside the repository (Triton's CVE-2023-31036 was a path traversal through a model name).
@@ -67,7 +69,9 @@ class ModelRepository:
             raise InvalidArgument(f"model {name!r}: invalid default_model_filename {filename!r}")
         path = (model_dir / str(version) / filename).resolve()
         if not path.is_relative_to(model_dir):
-            raise InvalidArgument(f"model {name!r} version {version}: file resolves outside the model")
+            raise InvalidArgument(
+                f"model {name!r} version {version}: file resolves outside the model"
+            )
         if not path.is_file():
             raise NotFound(f"model {name!r} version {version} has no {filename}")
         return path

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd._proto import grpc_service_pb2 as pb
+import inferd._proto.grpc_service_pb2 as pb
 from inferd.datatypes import DATATYPES, serialize_bytes
 from inferd.errors import InvalidArgument, Unimplemented
 from inferd.models import LoadedModel, ModelStatus
@@ -58,7 +58,8 @@ def decode_infer_request(request: Any) -> InferRequest:
         if raw:
             if tensor.HasField("contents"):
                 raise InvalidArgument(
-                    f"input {tensor.name!r}: contents must not be set when raw_input_contents is used"
+                    f"input {tensor.name!r}: contents must not be set "
+                    "when raw_input_contents is used"
                 )
             data = raw[index]
         else:
@@ -69,7 +70,9 @@ def decode_infer_request(request: Any) -> InferRequest:
         if any(key in output.parameters for key in _SHARED_MEMORY_KEYS):
             raise Unimplemented(f"output {output.name!r}: shared-memory tensors are not supported")
         if "classification" in output.parameters:
-            raise Unimplemented(f"output {output.name!r}: the classification extension is not supported")
+            raise Unimplemented(
+                f"output {output.name!r}: the classification extension is not supported"
+            )
         outputs.append(output.name)
     return InferRequest(
         model_name=request.model_name,
@@ -91,7 +94,7 @@ def _typed_contents(name: str, datatype: str, contents: Any) -> bytes:
     if datatype == "BYTES":
         return serialize_bytes(list(values))
     try:
-        array = np.array(values, dtype=DATATYPES[datatype].numpy)
+        array = np.array(list(values), dtype=DATATYPES[datatype].numpy)
     except (OverflowError, ValueError) as e:
         raise InvalidArgument(f"input {name!r}: {field} does not fit {datatype}: {e}") from None
     return array.tobytes()
@@ -118,9 +121,13 @@ def encode_model_metadata(model: LoadedModel, versions: list[int]) -> Any:
         name=model.name, versions=[str(v) for v in versions], platform=model.config.platform
     )
     for spec in model.inputs:
-        message.inputs.add(name=spec.name, datatype=spec.datatype.name, shape=_shape(model, spec.dims))
+        message.inputs.add(
+            name=spec.name, datatype=spec.datatype.name, shape=_shape(model, spec.dims)
+        )
     for spec in model.outputs:
-        message.outputs.add(name=spec.name, datatype=spec.datatype.name, shape=_shape(model, spec.dims))
+        message.outputs.add(
+            name=spec.name, datatype=spec.datatype.name, shape=_shape(model, spec.dims)
+        )
     return message
 
 

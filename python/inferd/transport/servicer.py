@@ -8,9 +8,9 @@ from typing import Any
 
 import grpc
 
+import inferd._proto.grpc_service_pb2 as pb
+import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
-from inferd._proto import grpc_service_pb2 as pb
-from inferd._proto import grpc_service_pb2_grpc
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.transport import codec
@@ -90,7 +90,11 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         async def answer(request: Any) -> None:
             try:
                 response = await self._dataplane.infer(codec.decode_infer_request(request))
-                await answers.put(pb.ModelStreamInferResponse(infer_response=codec.encode_infer_response(response)))
+                await answers.put(
+                    pb.ModelStreamInferResponse(
+                        infer_response=codec.encode_infer_response(response)
+                    )
+                )
             except Exception as e:
                 await answers.put(e)
 

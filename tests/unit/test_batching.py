@@ -1,0 +1,126 @@
+"""The bridge to the core: answers reach the event loop, the GIL is free while the core waits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from inferd.batching import CompletionDispatcher, ModelScheduler
+from inferd.batching.core import check_status_codes
+from inferd.errors import InvalidArgument, Unavailable
+
+INT32 = 8  # DataType code of INT32 (TYPE_INT32)
+
+
+class Doubler:
+    """Doubles its one INT32 input; sleeps first if asked (time.sleep releases the GIL)."""
+
+    def __init__(self, delay: float = 0.0, gate: threading.Event | None = None) -> None:
+        self.delay = delay
+        self.gate = gate
+        self.calls = 0
+        self.closed = False
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.calls += 1
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        time.sleep(self.delay)
+        return [inputs[0] * 2]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Rejecting:
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        raise InvalidArgument("not this input")
+
+    def close(self) -> None:
+        pass
+
+
+def test_status_codes_agree_with_the_core() -> None:
+    check_status_codes()
+
+
+async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    executors = [Doubler(), Doubler()]
+    scheduler = ModelScheduler(dispatcher, "double", 8, list(executors), [INT32])
+    values = [np.full((1, 3), i, dtype=np.int32) for i in range(200)]
+    results = await asyncio.gather(*(scheduler.infer([(INT32, v.shape, v)], 1) for v in values))
+    for value, outputs in zip(values, results, strict=True):
+        datatype, shape, array = outputs[0]
+        assert (datatype, shape) == (INT32, (1, 3))
+        np.testing.assert_array_equal(array, value * 2)
+        assert not array.flags.writeable  # a view of the executor's output, not a copy
+    stats = scheduler.statistics()
+    assert stats["inference_count"] == 200
+    assert stats["success"]["count"] == 200
+    await scheduler.close()
+    assert all(e.closed for e in executors)
+    assert sum(e.calls for e in executors) == 200
+    dispatcher.close()
+
+
+async def test_executor_errors_keep_their_code() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    scheduler = ModelScheduler(dispatcher, "picky", 0, [Rejecting()], [INT32])
+    value = np.zeros((2,), dtype=np.int32)
+    with pytest.raises(InvalidArgument, match="not this input"):
+        await scheduler.infer([(INT32, value.shape, value)], 1)
+    assert scheduler.statistics()["fail"]["count"] == 1
+    await scheduler.close()
+    with pytest.raises(Unavailable):
+        await scheduler.infer([(INT32, value.shape, value)], 1)
+    dispatcher.close()
+
+
+async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
+    """Workers need the GIL to run a Python executor. If submit or shutdown held it while
+    waiting, this would deadlock: a Python thread must run meanwhile and release the gate."""
+    gate = threading.Event()
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    executor = Doubler(gate=gate)
+    scheduler = ModelScheduler(dispatcher, "gated", 8, [executor], [INT32])
+    value = np.ones((1, 1), dtype=np.int32)
+    pending = [
+        asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1)) for _ in range(5)
+    ]
+    await asyncio.sleep(0.05)
+    opener = threading.Timer(0.2, gate.set)  # Python code that must get the GIL to run
+    opener.start()
+    started = time.monotonic()
+    await scheduler.close()  # drains: joins the worker, which waits for the gate
+    assert time.monotonic() - started >= 0.15
+    results = await asyncio.gather(*pending)
+    assert len(results) == 5 and executor.calls == 5
+    opener.join()
+    dispatcher.close()
+
+
+async def test_a_cancelled_caller_does_not_break_later_answers() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    scheduler = ModelScheduler(dispatcher, "slow", 8, [Doubler(delay=0.05)], [INT32])
+    value = np.ones((1, 1), dtype=np.int32)
+    first = asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    outputs = await scheduler.infer([(INT32, value.shape, value)], 1)
+    np.testing.assert_array_equal(outputs[0][2], value * 2)
+    await scheduler.close()
+    dispatcher.close()
+
+
+async def test_malformed_input_is_refused_at_submit() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    scheduler = ModelScheduler(dispatcher, "m", 8, [Doubler()], [INT32])
+    with pytest.raises(InvalidArgument, match="bytes"):
+        await scheduler.infer([(INT32, (1, 4), b"\x00" * 15)], 1)
+    await scheduler.close()
+    dispatcher.close()

@@ -1,0 +1,122 @@
+"""Repository layout, config.pbtxt parsing and completion from the ONNX model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from inferd.errors import InvalidArgument, ModelLoadError, NotFound
+from inferd.examples import make_examples, write_identity_model
+from inferd.repository import ModelRepository, load_model_config
+from inferd.repository.layout import check_model_name
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("repo")
+    make_examples(root)
+    return root
+
+
+def config_of(repo: Path, name: str, text: str | None = None, default_mbs: int = 4) -> object:
+    repository = ModelRepository(repo)
+    model_file = repository.model_file(name, 1)
+    config_path = repository.config_path(name)
+    if text is not None:
+        config_path = repo.parent / f"{name}-{abs(hash(text))}.pbtxt"
+        config_path.write_text(text)
+    return load_model_config(name, config_path, model_file, default_max_batch_size=default_mbs)
+
+
+def test_layout_lists_models_and_versions(repo: Path) -> None:
+    repository = ModelRepository(repo)
+    assert repository.model_names() == ["identity_bytes", "identity_fp32", "mlp", "simple"]
+    (repo / "simple" / "3").mkdir()
+    (repo / "simple" / "07").mkdir()  # leading zero: not a version, as in Triton
+    (repo / "simple" / "latest").mkdir()
+    assert repository.versions("simple") == [1, 3]
+    with pytest.raises(NotFound, match=r"version 3 has no model\.onnx"):
+        repository.model_file("simple", 3)
+    for extra in ("3", "07", "latest"):
+        (repo / "simple" / extra).rmdir()
+
+
+@pytest.mark.parametrize("name", ["..", "../etc", "/abs", "a/b", "", "x" * 200, "bad name"])
+def test_unsafe_model_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgument):
+        check_model_name(name)
+
+
+def test_a_symlink_out_of_the_repository_is_refused(repo: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "1").mkdir(parents=True)
+    link = repo / "escape"
+    os.symlink(outside, link)
+    try:
+        with pytest.raises(InvalidArgument, match="outside"):
+            ModelRepository(repo).model_dir("escape")
+    finally:
+        link.unlink()
+
+
+def test_config_is_completed_from_the_model(repo: Path) -> None:
+    config = config_of(repo, "identity_fp32")
+    assert config.name == "identity_fp32"
+    assert config.platform == "onnxruntime_onnx"
+    assert config.max_batch_size == 4  # dynamic first dim: batches, with the default
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [("INPUT0", 11, [-1])]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("OUTPUT0", 11, [-1])]
+    assert config.instance_group[0].count == 1
+
+
+def test_a_written_config_is_kept(repo: Path) -> None:
+    config = config_of(repo, "simple")
+    assert config.max_batch_size == 8
+    assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
+    assert list(config.input[0].dims) == [16]
+
+
+def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
+    write_identity_model(tmp_path / "plain", "INT32", max_batch_size=0, with_config=True)
+    config = load_model_config(
+        "plain",
+        tmp_path / "plain" / "config.pbtxt",
+        tmp_path / "plain" / "1" / "model.onnx",
+        default_max_batch_size=4,
+    )
+    assert config.max_batch_size == 0
+    assert list(config.input[0].dims) == [-1, -1]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name: "other"', "names the model 'other'"),
+        ('platform: "tensorrt_plan"', "platform 'tensorrt_plan' is not supported"),
+        (
+            'max_batch_size: 8 input [{ name: "NOPE" data_type: TYPE_INT32 dims: [16] }]',
+            "input 'NOPE'.*no such input",
+        ),
+        (
+            'max_batch_size: 8 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [16] },'
+            ' { name: "INPUT1" data_type: TYPE_INT32 dims: [16] }]',
+            "TYPE_FP32.*ONNX model says TYPE_INT32",
+        ),
+        (
+            'max_batch_size: 8 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [15] },'
+            ' { name: "INPUT1" data_type: TYPE_INT32 dims: [16] }]',
+            r"shape \[-1, 15\].*\[-1, 16\]",
+        ),
+        (
+            'max_batch_size: 8 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] }]',
+            r"needs inputs \['INPUT1'\]",
+        ),
+        ("max_batch_size: 8 bogus_field: 1", "bogus_field"),
+        ("max_batch_size: 8 instance_group [{ kind: KIND_GPU }]", "KIND_GPU"),
+    ],
+)
+def test_config_mismatches_name_both_sides(repo: Path, text: str, message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        config_of(repo, "simple", text)
