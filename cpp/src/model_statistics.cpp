@@ -1,6 +1,7 @@
 #include "inferd/model_statistics.h"
 
 #include <chrono>
+#include <memory>
 
 namespace inferd {
 namespace {
@@ -11,13 +12,14 @@ uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-void ModelStatistics::record_batch(const std::vector<Clock::time_point>& enqueue_times,
+void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests,
                                    const BatchTimeline& t) {
-  const uint64_t n = enqueue_times.size();
-  uint64_t queue_ns = 0, total_ns = 0;
-  for (auto enqueued : enqueue_times) {
-    queue_ns += ns_between(enqueued, t.start);
-    total_ns += ns_between(enqueued, t.output_done);
+  const uint64_t n = requests.size();
+  uint64_t rows = 0, queue_ns = 0, total_ns = 0;
+  for (const auto& request : requests) {
+    rows += static_cast<uint64_t>(request->batch_size);
+    queue_ns += ns_between(request->enqueue_time, t.start);
+    total_ns += ns_between(request->enqueue_time, t.output_done);
   }
   const uint64_t input_ns = ns_between(t.start, t.input_done);
   const uint64_t infer_ns = ns_between(t.input_done, t.infer_done);
@@ -27,7 +29,7 @@ void ModelStatistics::record_batch(const std::vector<Clock::time_point>& enqueue
 
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.last_inference_ms = static_cast<uint64_t>(now_ms.count());
-  stats_.inference_count += n;
+  stats_.inference_count += rows;
   stats_.execution_count += 1;
   stats_.success.add(n, total_ns);
   stats_.queue.add(n, queue_ns);
@@ -35,7 +37,7 @@ void ModelStatistics::record_batch(const std::vector<Clock::time_point>& enqueue
   stats_.compute_input.add(n, input_ns * n);
   stats_.compute_infer.add(n, infer_ns * n);
   stats_.compute_output.add(n, output_ns * n);
-  BatchDurations& batch = stats_.batches[n];
+  BatchDurations& batch = stats_.batches[rows];
   batch.compute_input.add(1, input_ns);
   batch.compute_infer.add(1, infer_ns);
   batch.compute_output.add(1, output_ns);

@@ -87,10 +87,7 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
     fail_batch(batch, status);
     return;
   }
-  std::vector<Clock::time_point> enqueue_times;
-  enqueue_times.reserve(batch->size());
-  for (const auto& request : *batch) enqueue_times.push_back(request->enqueue_time);
-  statistics_.record_batch(enqueue_times, timeline);
+  statistics_.record_batch(*batch, timeline);
   for (size_t i = 0; i < batch->size(); ++i) {
     Completion completion;
     completion.token = (*batch)[i]->token;

@@ -152,3 +152,27 @@ TEST(Scheduler, ZeroInstancesStillAnswersOnShutdown) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+TEST(Scheduler, StatisticsCountRowsAsInferencesAndRequestsAsSuccesses) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"rows", 8}, executors(1, &calls), queue);
+  auto values = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{1, 2, 3});
+  auto request = std::make_unique<InferenceRequest>();
+  request->token = 1;
+  request->batch_size = 3;
+  request->inputs.push_back(Tensor{DataType::kInt32, {3, 1}, reinterpret_cast<const std::byte*>(values->data()), 12, values});
+  ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+  ASSERT_EQ(collect(*queue, 1).size(), 1u);
+  auto stats = scheduler.statistics();
+  EXPECT_EQ(stats.inference_count, 3u);
+  EXPECT_EQ(stats.execution_count, 1u);
+  EXPECT_EQ(stats.success.count, 1u);
+  EXPECT_EQ(stats.batches.count(3), 1u);
+}
+
+}  // namespace
+}  // namespace inferd

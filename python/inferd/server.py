@@ -46,17 +46,14 @@ class InferenceServer:
     async def start(self) -> None:
         await self.grpc_server.start()
         self.state.accepting = True
-        serving = self.registry.all_ready()
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        await self.health.set("", status)
-        await self.health.set(SERVICE_NAME, status)
-        log.info(
-            "server started", port=self.port, ready=serving, models=len(self.registry.loaded())
-        )
+        # "" is the process (liveness: up and taking calls); the inference service is readiness:
+        # every model that should have loaded has, as ServerReady reports.
+        ready = self.registry.all_ready()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        await self.health.set("", serving)
+        await self.health.set(SERVICE_NAME, serving if ready else not_serving)
+        log.info("server started", port=self.port, ready=ready, models=len(self.registry.loaded()))
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains

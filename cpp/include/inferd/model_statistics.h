@@ -26,10 +26,10 @@ struct BatchDurations {
 // What ModelStatistics reports: Triton's InferStatistics plus per-batch-size figures.
 struct StatisticsSnapshot {
   uint64_t last_inference_ms = 0;  // wall clock, ms since the epoch; 0 = never
-  uint64_t inference_count = 0;    // requests answered successfully (a request counts its rows as 1)
+  uint64_t inference_count = 0;    // inferences computed: a request of batch size n counts n
   uint64_t execution_count = 0;    // batch executions
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
-  std::map<uint64_t, BatchDurations> batches;  // keyed by the number of requests in the batch
+  std::map<uint64_t, BatchDurations> batches;  // keyed by batch size (rows of all its requests)
 };
 
 // The timestamps of one batch's trip through a worker, taken with the monotonic clock.
@@ -41,8 +41,9 @@ struct BatchTimeline {
 // briefly and never blocks otherwise.
 class ModelStatistics {
  public:
-  // Records a successfully computed batch whose requests were enqueued at `enqueue_times`.
-  void record_batch(const std::vector<Clock::time_point>& enqueue_times, const BatchTimeline& timeline);
+  // Records a successfully computed batch of `requests` (each contributes its enqueue time and
+  // its batch size: requests count for the success and queue figures, rows for the inferences).
+  void record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests, const BatchTimeline& timeline);
   // Records `count` requests that failed after `total_ns` in the core (queued or computing).
   void record_failures(uint64_t count, uint64_t total_ns);
   StatisticsSnapshot snapshot() const;

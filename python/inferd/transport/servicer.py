@@ -81,8 +81,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         """Answers each request as it completes, not in arrival order. A failed request is
-        answered in ``error_message`` and the stream goes on, unless the client sent the
-        ``triton_grpc_error: true`` header (Triton's opt-in): then the call ends with the status."""
+        answered in ``error_message`` (its id in ``infer_response``) and the stream goes on,
+        unless the client sent the ``triton_grpc_error: true`` header (Triton's opt-in): then the
+        call ends with the status."""
         metadata = dict(context.invocation_metadata() or ())
         end_on_error = str(metadata.get("triton_grpc_error", "")).lower() == "true"
         answers: asyncio.Queue[Any] = asyncio.Queue()
@@ -96,7 +97,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                     )
                 )
             except Exception as e:
-                await answers.put(e)
+                await answers.put((e, request.id))
 
         async def read_all() -> None:
             tasks: set[asyncio.Task[None]] = set()
@@ -113,11 +114,16 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         reader = asyncio.create_task(read_all())
         try:
             while (item := await answers.get()) is not None:
-                if isinstance(item, Exception):
-                    code, message = grpc_status(item)
+                if isinstance(item, tuple):
+                    error, request_id = item
+                    code, message = grpc_status(error)
                     if end_on_error:
                         await context.abort(code, message)
-                    yield pb.ModelStreamInferResponse(error_message=message)
+                    # Answers come in completion order: as Triton does, the error carries the
+                    # failed request's id, so that the client knows which request failed.
+                    yield pb.ModelStreamInferResponse(
+                        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
+                    )
                 else:
                     yield item
         finally:

@@ -1,0 +1,225 @@
+"""One inferd server for the whole integration session, reached over a real gRPC connection.
+
+The session fixture writes a model repository (the examples, an identity model per protocol
+datatype and one identity model without batching), starts ``python -m inferd serve`` as a
+subprocess on a free port, and stops it with SIGTERM at the end, checking that it exits cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2_grpc
+
+from inferd.examples import DATATYPES, make_examples, write_identity_model
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+# Every protocol datatype, with its identity model's name (identity_<datatype lowercase>).
+ALL_DATATYPES: list[str] = list(DATATYPES)
+NO_BATCH_MODEL = "identity_nobatch"
+
+
+def identity_model(datatype: str) -> str:
+    return f"identity_{datatype.lower()}"
+
+
+def _write_repository(root: Path) -> list[str]:
+    names = make_examples(root)
+    for datatype in ALL_DATATYPES:
+        name = identity_model(datatype)
+        if name not in names:  # identity_fp32 (no config) and identity_bytes come from examples
+            write_identity_model(root / name, datatype)
+            names.append(name)
+    write_identity_model(root / NO_BATCH_MODEL, "FP32", max_batch_size=0)
+    names.append(NO_BATCH_MODEL)
+    return sorted(names)
+
+
+def _records(log_path: Path) -> list[dict[str, object]]:
+    """The JSON records of the server's log (other lines, such as tracebacks, are skipped)."""
+    records: list[dict[str, object]] = []
+    for line in log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _started_port(log_path: Path) -> int | None:
+    """The port of the "server started" record in the server's log, if it is there yet."""
+    for record in _records(log_path):
+        if record.get("event") == "server started":
+            return int(str(record["port"]))
+    return None
+
+
+class ServerProcess:
+    """A running ``inferd serve`` and its captured stderr."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        log_path: Path,
+        repository: Path,
+        models: list[str],
+    ) -> None:
+        self.process = process
+        self.log_path = log_path
+        self.repository = repository
+        self.models = models
+        self.url = ""
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("integration")
+    repository = root / "models"
+    models = _write_repository(repository)
+    log_path = root / "server.log"
+    # Hermetic: the caller's INFERD_* settings must not change the server under test.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [
+        sys.executable,
+        "-m",
+        "inferd",
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--grpc-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--log-format",
+        "json",
+    ]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
+        )
+    running = ServerProcess(process, log_path, repository, models)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while (port := _started_port(log_path)) is None:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"inferd exited with code {process.returncode} before it started:\n"
+                    f"{running.log()}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"inferd did not start within {START_TIMEOUT_S:.0f} s:\n{running.log()}"
+                )
+            time.sleep(0.05)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    running.url = f"127.0.0.1:{port}"
+
+    yield running
+
+    process.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(
+            f"inferd did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM:\n{running.log()}"
+        )
+    assert code == 0, f"inferd exited with code {code} after SIGTERM:\n{running.log()}"
+    # Bad requests are answered, not logged as failures: an error record means a server bug
+    # (an unexpected exception in a handler answers INTERNAL and is logged at "error").
+    problems = [r for r in _records(log_path) if r.get("level") in ("error", "critical")]
+    assert not problems, "inferd logged errors:\n" + "\n".join(json.dumps(r) for r in problems)
+
+
+@pytest.fixture(scope="session")
+def url(server: ServerProcess) -> str:
+    """host:port of the running server."""
+    return server.url
+
+
+@pytest.fixture(scope="session")
+def server_models(server: ServerProcess) -> list[str]:
+    """Names of every model in the served repository, sorted."""
+    return server.models
+
+
+@pytest.fixture(scope="session")
+def repository(server: ServerProcess) -> Path:
+    """The served model repository."""
+    return server.repository
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[grpcclient.InferenceServerClient]:
+    """tritonclient's gRPC client; one per test, so a test's stream cannot leak into another."""
+    triton = grpcclient.InferenceServerClient(url=url)
+    try:
+        yield triton
+    finally:
+        triton.close()
+
+
+@pytest.fixture(scope="session")
+def channel(url: str) -> Iterator[grpc.Channel]:
+    """A plain gRPC channel, for what tritonclient cannot send (typed contents, bad raw data)."""
+    with grpc.insecure_channel(url) as plain:
+        yield plain
+
+
+@pytest.fixture(scope="session")
+def stub(channel: grpc.Channel) -> service_pb2_grpc.GRPCInferenceServiceStub:
+    return service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator seeded from the test's id: reproducible, and different in every test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+SimpleCheck = Callable[[grpcclient.InferenceServerClient], None]
+
+
+@pytest.fixture
+def assert_serving(rng: np.random.Generator) -> SimpleCheck:
+    """Sends a good request to ``simple`` and checks its sum and difference: the server is still
+    serving correctly (used after every error)."""
+
+    def check(triton: grpcclient.InferenceServerClient) -> None:
+        a = rng.integers(-1000, 1000, size=(2, 16), dtype=np.int32)
+        b = rng.integers(-1000, 1000, size=(2, 16), dtype=np.int32)
+        inputs = [
+            grpcclient.InferInput("INPUT0", [2, 16], "INT32"),
+            grpcclient.InferInput("INPUT1", [2, 16], "INT32"),
+        ]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = triton.infer("simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+    return check
