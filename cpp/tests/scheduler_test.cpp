@@ -1,6 +1,7 @@
 #include "inferd/scheduler.h"
 
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <poll.h>
 
 #include <atomic>
@@ -172,6 +173,38 @@ TEST(Scheduler, StatisticsCountRowsAsInferencesAndRequestsAsSuccesses) {
   EXPECT_EQ(stats.execution_count, 1u);
   EXPECT_EQ(stats.success.count, 1u);
   EXPECT_EQ(stats.batches.count(3), 1u);
+}
+
+}  // namespace
+}  // namespace inferd
+
+namespace inferd {
+namespace {
+
+size_t thread_count() {
+  size_t n = 0;
+  for (DIR* dir = opendir("/proc/self/task"); dir != nullptr;) {
+    dirent* entry = readdir(dir);
+    if (entry == nullptr) {
+      closedir(dir);
+      break;
+    }
+    if (entry->d_name[0] != '.') ++n;
+  }
+  return n;
+}
+
+TEST(Scheduler, LeavesNoThreadBehind) {
+  const size_t before = thread_count();
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  {
+    Scheduler scheduler({"m", 0}, executors(4, &calls), queue);
+    EXPECT_EQ(thread_count(), before + 4);
+    ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
+  }  // destroyed without an explicit shutdown: drains and joins
+  EXPECT_EQ(thread_count(), before);
+  EXPECT_EQ(collect(*queue, 1).size(), 1u);
 }
 
 }  // namespace

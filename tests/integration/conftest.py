@@ -85,6 +85,7 @@ class ServerProcess:
         self.repository = repository
         self.models = models
         self.url = ""
+        self.unix_socket = repository.parent / "inferd.sock"
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -112,6 +113,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "127.0.0.1",
         "--log-format",
         "json",
+        "--grpc-unix-socket",
+        str(root / "inferd.sock"),
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
