@@ -31,7 +31,7 @@ system-deps:
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "scikit-build-core>=0.10" "pybind11>=2.13" "grpcio-tools>=1.66,<2" ninja
+	$(PIP) install -q "scikit-build-core>=0.10" "pybind11>=2.13" "grpcio-tools==1.85.1" ninja
 	touch $@
 
 setup: system-deps $(VENV)/.deps

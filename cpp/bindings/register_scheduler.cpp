@@ -53,8 +53,6 @@ void register_scheduler(py::module_& m) {
             for (py::handle item : inputs) {
               auto entry = item.cast<py::tuple>();
               request->inputs.push_back(tensor_from_buffer(entry[0].cast<int>(), entry[1], entry[2]));
-              Status valid = validate_tensor(request->inputs.back());
-              if (!valid.ok()) return py::make_tuple(static_cast<int>(valid.code), valid.message);
             }
             Status status;
             {

@@ -26,6 +26,13 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
 Scheduler::~Scheduler() { shutdown(ShutdownMode::kDrain); }
 
 Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
+  for (size_t i = 0; i < request->inputs.size(); ++i) {
+    Status valid = validate_tensor(request->inputs[i]);
+    if (!valid.ok()) {
+      return Status::Error(valid.code, "input " + std::to_string(i) + " of model '" + options_.model_name +
+                                           "': " + valid.message);
+    }
+  }
   request->enqueue_time = Clock::now();
   if (!queue_.push(std::move(request))) {
     return Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' is shutting down");

@@ -209,3 +209,21 @@ TEST(Scheduler, LeavesNoThreadBehind) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+TEST(Scheduler, RefusesInputsWhoseBytesDoNotMatchTheirShape) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::atomic<int> calls{0};
+  Scheduler scheduler({"m", 0}, executors(1, &calls), queue);
+  auto request = int_request(1, 1);
+  request->inputs[0].shape = {2, 1};  // 4 bytes given, 8 needed
+  Status status = scheduler.submit(std::move(request));
+  EXPECT_EQ(status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message.find("input 0 of model 'm'"), std::string::npos) << status.message;
+  EXPECT_NE(request, nullptr);
+}
+
+}  // namespace
+}  // namespace inferd

@@ -43,8 +43,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues `request`. Thread-safe; never blocks beyond the queue lock. On success the scheduler
-  // owns the request; on failure (UNAVAILABLE once shut down) it stays with the caller.
+  // Checks that each input's bytes match its shape (INVALID_ARGUMENT if not) and queues `request`.
+  // Thread-safe; never blocks beyond the queue lock. On success the scheduler owns the request; on
+  // failure (that, or UNAVAILABLE once shut down) it stays with the caller.
   Status submit(std::unique_ptr<InferenceRequest>&& request);
 
   // Closes intake, answers or computes what is queued (per `mode`) and joins the workers.
