@@ -1,5 +1,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <chrono>
 
 #include "inferd/scheduler.h"
 #include "python_executor.h"
@@ -19,10 +20,12 @@ struct DestroyWithoutGil {
   }
 };
 
-std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& model_name, int64_t max_batch_size,
+std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& model_name,
+                                                             const BatcherOptions& batching,
                                                              const py::list& executors,
                                                              const std::vector<int>& output_types,
-                                                             std::shared_ptr<CompletionQueue> completions) {
+                                                             std::shared_ptr<CompletionQueue> completions,
+                                                             std::shared_ptr<PinnedBufferPool> pool) {
   std::vector<DataType> types;
   for (int code : output_types) {
     if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
@@ -30,9 +33,10 @@ std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& 
   }
   std::vector<std::unique_ptr<Executor>> instances;
   for (py::handle executor : executors) instances.push_back(std::make_unique<PythonExecutor>(executor, types));
-  SchedulerOptions options{model_name, max_batch_size};
+  SchedulerOptions options{model_name, batching};
   return std::unique_ptr<Scheduler, DestroyWithoutGil>(
-      std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions)).release());
+      std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions), std::move(pool))
+          .release());
 }
 
 py::dict duration(const Duration& d) { return py::dict(py::arg("count") = d.count, py::arg("ns") = d.ns); }
@@ -41,15 +45,19 @@ py::dict duration(const Duration& d) { return py::dict(py::arg("count") = d.coun
 
 void register_scheduler(py::module_& m) {
   py::class_<Scheduler, std::unique_ptr<Scheduler, DestroyWithoutGil>>(m, "Scheduler")
-      .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("max_batch_size"), py::arg("executors"),
-           py::arg("output_datatypes"), py::arg("completions"),
+      .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
+           py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"),
            "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray].")
       .def(
           "submit",
-          [](Scheduler& scheduler, uint64_t token, int64_t batch_size, const py::list& inputs) {
+          [](Scheduler& scheduler, uint64_t token, int64_t batch_size, const py::list& inputs, uint32_t priority,
+             uint64_t timeout_us, uint64_t deadline_us) {
             auto request = std::make_unique<InferenceRequest>();
             request->token = token;
             request->batch_size = batch_size;
+            request->priority = priority;
+            request->timeout_us = timeout_us;
+            if (deadline_us != 0) request->deadline = Clock::now() + std::chrono::microseconds(deadline_us);
             for (py::handle item : inputs) {
               auto entry = item.cast<py::tuple>();
               request->inputs.push_back(tensor_from_buffer(entry[0].cast<int>(), entry[1], entry[2]));
@@ -63,9 +71,14 @@ void register_scheduler(py::module_& m) {
             // On failure the request is still ours and is released here, with the GIL held.
             return py::make_tuple(static_cast<int>(status.code), status.message);
           },
-          py::arg("token"), py::arg("batch_size"), py::arg("inputs"),
-          "Queue a request: inputs are (datatype, shape, C-contiguous buffer) in model input order. "
-          "Returns (status code, message); the answer arrives on the completion queue.")
+          py::arg("token"), py::arg("batch_size"), py::arg("inputs"), py::arg("priority") = 0,
+          py::arg("timeout_us") = 0, py::arg("deadline_us") = 0,
+          "Queue a request: inputs are (datatype, shape, C-contiguous buffer) in model input order; "
+          "priority 0 = default level; timeout_us = queue timeout override; deadline_us = the caller's "
+          "deadline from now (0 = none). Returns (status code, message); the answer arrives on the "
+          "completion queue.")
+      .def("cancel", &Scheduler::cancel, py::arg("token"), py::call_guard<py::gil_scoped_release>(),
+           "Answer a still-queued request CANCELLED; False if it is already running or done.")
       .def(
           "shutdown",
           [](Scheduler& scheduler, bool reject_queued) {

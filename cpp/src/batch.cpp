@@ -8,8 +8,6 @@
 namespace inferd {
 namespace {
 
-constexpr size_t kPageSize = 4096;
-
 // Number of bytes of rows [0, rows) of `t`: fixed-width rows, or a walk over BYTES elements.
 bool row_offsets(const Tensor& t, int64_t rows, std::vector<size_t>* row_starts) {
   const int64_t total_rows = t.shape.empty() ? 1 : t.shape[0];
@@ -29,15 +27,8 @@ bool row_offsets(const Tensor& t, int64_t rows, std::vector<size_t>* row_starts)
 
 }  // namespace
 
-HostBuffer::HostBuffer(size_t size) : size_(size) {
-  const size_t rounded = (size + kPageSize - 1) / kPageSize * kPageSize;
-  data_ = static_cast<std::byte*>(std::aligned_alloc(kPageSize, rounded == 0 ? kPageSize : rounded));
-  if (data_ == nullptr) throw std::bad_alloc();
-}
-
-HostBuffer::~HostBuffer() { std::free(data_); }
-
-std::vector<Tensor> gather_inputs(const std::vector<std::unique_ptr<InferenceRequest>>& batch) {
+std::vector<Tensor> gather_inputs(const std::vector<std::unique_ptr<InferenceRequest>>& batch,
+                                  PinnedBufferPool* pool) {
   if (batch.size() == 1) return batch.front()->inputs;
   std::vector<Tensor> gathered;
   const size_t num_inputs = batch.front()->inputs.size();
@@ -49,18 +40,18 @@ std::vector<Tensor> gather_inputs(const std::vector<std::unique_ptr<InferenceReq
       bytes += request->inputs[i].byte_size;
       rows += request->inputs[i].shape.empty() ? 1 : request->inputs[i].shape[0];
     }
-    auto buffer = std::make_shared<HostBuffer>(bytes);
+    auto buffer = pool->lease(bytes);
     size_t offset = 0;
     for (const auto& request : batch) {
       const Tensor& part = request->inputs[i];
-      if (part.byte_size > 0) std::memcpy(buffer->data() + offset, part.data, part.byte_size);
+      if (part.byte_size > 0) std::memcpy(buffer->data + offset, part.data, part.byte_size);
       offset += part.byte_size;
     }
     Tensor out;
     out.dtype = first.dtype;
     out.shape = first.shape;
     if (!out.shape.empty()) out.shape[0] = rows;
-    out.data = buffer->data();
+    out.data = buffer->data;
     out.byte_size = bytes;
     out.owner = std::move(buffer);
     gathered.push_back(std::move(out));

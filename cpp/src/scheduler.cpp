@@ -1,6 +1,7 @@
 #include "inferd/scheduler.h"
 
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "inferd/batch.h"
@@ -15,8 +16,12 @@ uint64_t ns_since(Clock::time_point t, Clock::time_point now) {
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
-                     std::shared_ptr<CompletionQueue> completions)
-    : options_(std::move(options)), instances_(std::move(instances)), completions_(std::move(completions)) {
+                     std::shared_ptr<CompletionQueue> completions, std::shared_ptr<PinnedBufferPool> pool)
+    : options_(std::move(options)),
+      instances_(std::move(instances)),
+      completions_(std::move(completions)),
+      pool_(std::move(pool)),
+      batcher_(options_.batching) {
   workers_.reserve(instances_.size());
   for (auto& instance : instances_) {
     workers_.emplace_back([this, executor = instance.get()] { run_instance(executor); });
@@ -33,39 +38,40 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
                                            "': " + valid.message);
     }
   }
-  request->enqueue_time = Clock::now();
-  if (!queue_.push(std::move(request))) {
-    return Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' is shutting down");
-  }
-  return Status::Ok();
+  Status status = batcher_.enqueue(std::move(request));
+  if (!status.ok()) status.message = "model '" + options_.model_name + "': " + status.message;
+  return status;
+}
+
+bool Scheduler::cancel(uint64_t token) {
+  auto request = batcher_.cancel(token);
+  if (!request) return false;
+  fail(std::move(request), Status::Error(StatusCode::kCancelled, "the request was cancelled"));
+  return true;
 }
 
 void Scheduler::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
-  if (mode == ShutdownMode::kReject) reject_queued_.store(true);
-  queue_.close();
+  batcher_.close();
+  if (mode == ShutdownMode::kReject || workers_.empty()) {
+    const Status status = Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded");
+    for (auto& request : batcher_.take_all()) fail(std::move(request), status);
+  }
   for (auto& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
   workers_.clear();
-  // No worker left (for example zero instances): answer whatever is still queued.
-  auto left = queue_.drain();
-  if (!left.empty()) {
-    fail_batch(&left, Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded"));
-  }
 }
 
 void Scheduler::run_instance(Executor* executor) {
-  // pop_wait returns empty only once the queue is closed and drained, so nothing accepted is left.
-  while (auto request = queue_.pop_wait()) {
-    std::vector<std::unique_ptr<InferenceRequest>> batch;
-    batch.push_back(std::move(*request));
-    if (reject_queued_.load()) {
-      fail_batch(&batch, Status::Error(StatusCode::kUnavailable,
-                                       "model '" + options_.model_name + "' is shutting down"));
-      continue;
-    }
-    execute_batch(executor, &batch);
+  std::vector<std::unique_ptr<InferenceRequest>> batch;
+  std::vector<Rejection> rejected;
+  // next_batch returns false only once the batcher is closed and empty: nothing accepted is left.
+  while (batcher_.next_batch(&batch, &rejected)) {
+    for (auto& [request, status] : rejected) fail(std::move(request), status);
+    rejected.clear();
+    if (!batch.empty()) execute_batch(executor, &batch);
+    batch.clear();
   }
 }
 
@@ -75,7 +81,7 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
   Status status;
   std::vector<std::vector<Tensor>> per_request;
   try {
-    std::vector<Tensor> inputs = gather_inputs(*batch);
+    std::vector<Tensor> inputs = gather_inputs(*batch, pool_.get());
     timeline.input_done = Clock::now();
     std::vector<Tensor> outputs;
     status = executor->execute(inputs, &outputs);
@@ -91,7 +97,7 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
     status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
   }
   if (!status.ok()) {
-    fail_batch(batch, status);
+    for (auto& request : *batch) fail(std::move(request), status);
     return;
   }
   statistics_.record_batch(*batch, timeline);
@@ -99,23 +105,35 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
     Completion completion;
     completion.token = (*batch)[i]->token;
     completion.outputs = std::move(per_request[i]);
+    const uint64_t sequence = (*batch)[i]->sequence;
     completion.request = std::move((*batch)[i]);
-    completions_->push(std::move(completion));
+    complete(std::move(completion), sequence);
   }
 }
 
-void Scheduler::fail_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch, const Status& status) {
-  const auto now = Clock::now();
-  uint64_t total_ns = 0;
-  for (auto& request : *batch) {
-    total_ns += ns_since(request->enqueue_time, now);
-    Completion completion;
-    completion.token = request->token;
-    completion.status = status;
-    completion.request = std::move(request);
+void Scheduler::fail(std::unique_ptr<InferenceRequest> request, const Status& status) {
+  statistics_.record_failures(1, ns_since(request->enqueue_time, Clock::now()));
+  Completion completion;
+  completion.token = request->token;
+  completion.status = status;
+  const uint64_t sequence = request->sequence;
+  completion.request = std::move(request);
+  complete(std::move(completion), sequence);
+}
+
+void Scheduler::complete(Completion&& completion, uint64_t sequence) {
+  if (!options_.batching.preserve_ordering) {
     completions_->push(std::move(completion));
+    return;
   }
-  statistics_.record_failures(batch->size(), total_ns);
+  // Hold answers that overtook an earlier request; release every one that is now next in line.
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  held_.emplace(sequence, std::move(completion));
+  while (!held_.empty() && held_.begin()->first == next_to_complete_) {
+    completions_->push(std::move(held_.begin()->second));
+    held_.erase(held_.begin());
+    ++next_to_complete_;
+  }
 }
 
 }  // namespace inferd

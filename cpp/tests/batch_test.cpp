@@ -21,18 +21,20 @@ std::unique_ptr<InferenceRequest> request_with_rows(int64_t rows, float first) {
 }
 
 TEST(Batch, OneRequestPassesThroughWithoutCopy) {
+  PinnedBufferPool pool(1 << 20, /*use_cuda=*/false);
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   batch.push_back(request_with_rows(3, 0));
-  auto inputs = gather_inputs(batch);
+  auto inputs = gather_inputs(batch, &pool);
   ASSERT_EQ(inputs.size(), 1u);
   EXPECT_EQ(inputs[0].data, batch[0]->inputs[0].data);
 }
 
 TEST(Batch, GatherConcatenatesAlongDimZeroAndScatterSplitsBack) {
+  PinnedBufferPool pool(1 << 20, /*use_cuda=*/false);
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   batch.push_back(request_with_rows(1, 0));
   batch.push_back(request_with_rows(2, 100));
-  auto inputs = gather_inputs(batch);
+  auto inputs = gather_inputs(batch, &pool);
   ASSERT_EQ(inputs.size(), 1u);
   EXPECT_EQ(inputs[0].shape, (std::vector<int64_t>{3, 2}));
   const auto* f = reinterpret_cast<const float*>(inputs[0].data);

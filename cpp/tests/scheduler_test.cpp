@@ -57,6 +57,16 @@ std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
   return done;
 }
 
+SchedulerOptions options(const std::string& name, int64_t max_batch_size, bool dynamic = false) {
+  SchedulerOptions o;
+  o.model_name = name;
+  o.batching.max_batch_size = max_batch_size;
+  o.batching.dynamic = dynamic;
+  return o;
+}
+
+std::shared_ptr<PinnedBufferPool> test_pool() { return std::make_shared<PinnedBufferPool>(1 << 24, false); }
+
 std::vector<std::unique_ptr<Executor>> executors(int n, std::atomic<int>* calls, bool fail = false) {
   std::vector<std::unique_ptr<Executor>> out;
   for (int i = 0; i < n; ++i) out.push_back(std::make_unique<DoublingExecutor>(calls, fail));
@@ -66,7 +76,7 @@ std::vector<std::unique_ptr<Executor>> executors(int n, std::atomic<int>* calls,
 TEST(Scheduler, EveryRequestGetsItsOwnAnswer) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"double", 8}, executors(3, &calls), queue);
+  Scheduler scheduler(options("double", 8), executors(3, &calls), queue, test_pool());
   constexpr int kRequests = 500;
   std::vector<std::thread> clients;
   for (int c = 0; c < 4; ++c) {
@@ -94,7 +104,7 @@ TEST(Scheduler, EveryRequestGetsItsOwnAnswer) {
 TEST(Scheduler, ExecutorFailureAnswersTheRequestAndCountsIt) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"broken", 0}, executors(1, &calls, /*fail=*/true), queue);
+  Scheduler scheduler(options("broken", 0), executors(1, &calls, /*fail=*/true), queue, test_pool());
   ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
   auto done = collect(*queue, 1);
   ASSERT_EQ(done.size(), 1u);
@@ -106,7 +116,7 @@ TEST(Scheduler, ExecutorFailureAnswersTheRequestAndCountsIt) {
 TEST(Scheduler, SubmitAfterShutdownIsUnavailableAndKeepsTheRequest) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"m", 0}, executors(1, &calls), queue);
+  Scheduler scheduler(options("m", 0), executors(1, &calls), queue, test_pool());
   scheduler.shutdown(Scheduler::ShutdownMode::kDrain);
   auto request = int_request(9, 1);
   EXPECT_EQ(scheduler.submit(std::move(request)).code, StatusCode::kUnavailable);
@@ -119,7 +129,7 @@ TEST(Scheduler, ShutdownWithQueuedRequestsAnswersEachOnce) {
     std::atomic<int> calls{0};
     constexpr int kRequests = 200;
     {
-      Scheduler scheduler({"m", 0}, executors(2, &calls), queue);
+      Scheduler scheduler(options("m", 0), executors(2, &calls), queue, test_pool());
       for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
       scheduler.shutdown(mode);
     }
@@ -143,7 +153,7 @@ TEST(Scheduler, ShutdownWithQueuedRequestsAnswersEachOnce) {
 TEST(Scheduler, ZeroInstancesStillAnswersOnShutdown) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"m", 0}, executors(0, &calls), queue);
+  Scheduler scheduler(options("m", 0), executors(0, &calls), queue, test_pool());
   ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
   scheduler.shutdown(Scheduler::ShutdownMode::kDrain);
   auto done = collect(*queue, 1);
@@ -160,7 +170,7 @@ namespace {
 TEST(Scheduler, StatisticsCountRowsAsInferencesAndRequestsAsSuccesses) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"rows", 8}, executors(1, &calls), queue);
+  Scheduler scheduler(options("rows", 8), executors(1, &calls), queue, test_pool());
   auto values = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{1, 2, 3});
   auto request = std::make_unique<InferenceRequest>();
   request->token = 1;
@@ -199,7 +209,7 @@ TEST(Scheduler, LeavesNoThreadBehind) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
   {
-    Scheduler scheduler({"m", 0}, executors(4, &calls), queue);
+    Scheduler scheduler(options("m", 0), executors(4, &calls), queue, test_pool());
     EXPECT_EQ(thread_count(), before + 4);
     ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
   }  // destroyed without an explicit shutdown: drains and joins
@@ -216,13 +226,119 @@ namespace {
 TEST(Scheduler, RefusesInputsWhoseBytesDoNotMatchTheirShape) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
-  Scheduler scheduler({"m", 0}, executors(1, &calls), queue);
+  Scheduler scheduler(options("m", 0), executors(1, &calls), queue, test_pool());
   auto request = int_request(1, 1);
   request->inputs[0].shape = {2, 1};  // 4 bytes given, 8 needed
   Status status = scheduler.submit(std::move(request));
   EXPECT_EQ(status.code, StatusCode::kInvalidArgument);
   EXPECT_NE(status.message.find("input 0 of model 'm'"), std::string::npos) << status.message;
   EXPECT_NE(request, nullptr);
+}
+
+}  // namespace
+}  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// Records the rows of each batch; sleeps `delay` per batch (longer for odd first values, to let
+// instances overtake each other).
+class RecordingExecutor : public Executor {
+ public:
+  RecordingExecutor(std::vector<int64_t>* rows, std::mutex* mutex, std::chrono::milliseconds delay, bool skew)
+      : rows_(rows), mutex_(mutex), delay_(delay), skew_(skew) {}
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+    const Tensor& in = inputs.at(0);
+    {
+      std::lock_guard<std::mutex> lock(*mutex_);
+      rows_->push_back(in.shape[0]);
+    }
+    const auto* src = reinterpret_cast<const int32_t*>(in.data);
+    std::this_thread::sleep_for(skew_ && src[0] % 2 == 0 ? delay_ * 5 : delay_);
+    auto out = std::make_shared<std::vector<int32_t>>(src, src + in.byte_size / 4);
+    for (auto& v : *out) v *= 2;
+    outputs->push_back(Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()),
+                              out->size() * 4, out});
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<int64_t>* rows_;
+  std::mutex* mutex_;
+  std::chrono::milliseconds delay_;
+  bool skew_;
+};
+
+TEST(Scheduler, BatchesQueuedRequestsAndScattersEachAnswerBack) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<RecordingExecutor>(&rows, &mutex, std::chrono::milliseconds(20), false));
+  auto pool = test_pool();
+  Scheduler scheduler(options("batched", 8, /*dynamic=*/true), std::move(instances), queue, pool);
+  constexpr int kRequests = 40;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    ASSERT_TRUE(c.status.ok()) << c.status.message;
+    EXPECT_EQ(*reinterpret_cast<const int32_t*>(c.outputs.at(0).data), static_cast<int32_t>(token) * 2);
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_LT(rows.size(), static_cast<size_t>(kRequests));  // requests shared executions
+  int64_t total = 0;
+  for (int64_t r : rows) {
+    EXPECT_LE(r, 8);
+    total += r;
+  }
+  EXPECT_EQ(total, kRequests);
+  EXPECT_EQ(scheduler.statistics().execution_count, rows.size());
+  EXPECT_GT(pool->stats().reuses, 0u);  // batch buffers came back to the pool
+}
+
+TEST(Scheduler, PreserveOrderingCompletesInEnqueueOrder) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  for (int i = 0; i < 3; ++i) {
+    instances.push_back(std::make_unique<RecordingExecutor>(&rows, &mutex, std::chrono::milliseconds(2), true));
+  }
+  SchedulerOptions o = options("ordered", 1, /*dynamic=*/true);
+  o.batching.preserve_ordering = true;
+  Scheduler scheduler(o, std::move(instances), queue, test_pool());
+  constexpr int kRequests = 30;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  std::vector<uint64_t> order;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (order.size() < kRequests && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{queue->fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    for (auto& c : queue->drain()) order.push_back(c.token);
+  }
+  ASSERT_EQ(order.size(), static_cast<size_t>(kRequests));
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], static_cast<uint64_t>(i));
+}
+
+TEST(Scheduler, CancelAnswersAQueuedRequestWithoutRunningIt) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<RecordingExecutor>(&rows, &mutex, std::chrono::milliseconds(50), false));
+  Scheduler scheduler(options("m", 1, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());  // occupies the only instance
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(scheduler.submit(int_request(2, 2)).ok());
+  EXPECT_TRUE(scheduler.cancel(2));
+  EXPECT_FALSE(scheduler.cancel(2));
+  auto done = collect(*queue, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done.at(1).status.ok());
+  EXPECT_EQ(done.at(2).status.code, StatusCode::kCancelled);
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_EQ(rows.size(), 1u);
 }
 
 }  // namespace

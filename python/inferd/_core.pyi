@@ -16,6 +16,31 @@ class StatusCode:
     INTERNAL: ClassVar[StatusCode]
     def __int__(self) -> int: ...
 
+class QueuePolicy:
+    delay_on_timeout: bool
+    default_timeout_us: int
+    allow_timeout_override: bool
+    max_queue_size: int
+    def __init__(self) -> None: ...
+
+class BatcherOptions:
+    dynamic: bool
+    max_batch_size: int
+    preferred_batch_sizes: list[int]
+    max_queue_delay_us: int
+    priority_levels: int
+    default_priority_level: int
+    default_policy: QueuePolicy
+    level_policies: dict[int, QueuePolicy]
+    preserve_ordering: bool
+    def __init__(self) -> None: ...
+
+class PinnedBufferPool:
+    def __init__(self, capacity_bytes: int, use_cuda: bool = True) -> None: ...
+    def stats(self) -> dict[str, int | bool]: ...
+
+def cuda_runtime_description() -> str: ...
+
 class CompletionQueue:
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
@@ -27,14 +52,22 @@ class Scheduler:
     def __init__(
         self,
         model_name: str,
-        max_batch_size: int,
+        batching: BatcherOptions,
         executors: list[Any],
         output_datatypes: list[int],
         completions: CompletionQueue,
+        pool: PinnedBufferPool,
     ) -> None: ...
     def submit(
-        self, token: int, batch_size: int, inputs: list[tuple[int, Sequence[int], Any]]
+        self,
+        token: int,
+        batch_size: int,
+        inputs: list[tuple[int, Sequence[int], Any]],
+        priority: int = 0,
+        timeout_us: int = 0,
+        deadline_us: int = 0,
     ) -> tuple[int, str]: ...
+    def cancel(self, token: int) -> bool: ...
     def shutdown(self, reject_queued: bool) -> None: ...
     def pending_requests(self) -> int: ...
     def instance_count(self) -> int: ...

@@ -10,18 +10,27 @@ from inferd.batching import CoreTensor
 from inferd.datatypes import count_bytes_elements
 from inferd.errors import InvalidArgument
 from inferd.models import LoadedModel, ModelRegistry, TensorSpec
-from inferd.tensors import InferRequest, InferResponse, Tensor
+from inferd.tensors import InferRequest, InferResponse, ParameterValue, Tensor
 
 
 class DataPlane:
     def __init__(self, registry: ModelRegistry) -> None:
         self.registry = registry
 
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, *, deadline_s: float | None = None
+    ) -> InferResponse:
+        """Runs ``request``. ``deadline_s``: seconds the caller will still wait, if it said."""
         model = self.registry.get(request.model_name, request.model_version)
         inputs, batch_size = _core_inputs(model, request.inputs)
         selected = _selected_outputs(model, request.outputs)
-        results = await model.scheduler.infer(inputs, batch_size)
+        results = await model.scheduler.infer(
+            inputs,
+            batch_size,
+            priority=_non_negative(request.parameters, "priority"),
+            timeout_us=_non_negative(request.parameters, "timeout"),
+            deadline_s=deadline_s,
+        )
         outputs = [
             Tensor(
                 model.outputs[i].name,
@@ -39,6 +48,14 @@ class DataPlane:
         if name and not version:
             models = [self.registry.get(name, str(v)) for v in self.registry.ready_versions(name)]
         return [(m, m.scheduler.statistics()) for m in models]
+
+
+def _non_negative(parameters: dict[str, ParameterValue], key: str) -> int:
+    """A reserved integer request parameter (``priority``, ``timeout`` in µs); 0 if absent."""
+    value = parameters.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"request parameter {key!r} must be a non-negative integer")
+    return value
 
 
 def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTensor], int]:

@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd._proto import POOL
-from inferd.batching import CompletionDispatcher
+from inferd.batching import CompletionDispatcher, HostBufferPool
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
@@ -40,6 +40,7 @@ class InferenceServer:
     port: int
     registry: ModelRegistry
     dispatcher: CompletionDispatcher
+    pool: HostBufferPool
     health: health.aio.HealthServicer
     state: ServerState
 
@@ -82,9 +83,17 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
     serve: the core's completions are delivered to it."""
     loop = asyncio.get_running_loop()
     dispatcher = CompletionDispatcher(loop)
+    pool = HostBufferPool(settings.pinned_memory_pool_byte_size)
+    log.info(
+        "batch buffer pool",
+        bytes=settings.pinned_memory_pool_byte_size,
+        pinned=pool.stats()["pinned"],
+        cuda=HostBufferPool.cuda_runtime(),
+    )
     registry = ModelRegistry(
         ModelRepository(settings.model_repository),
         dispatcher,
+        pool,
         default_max_batch_size=settings.default_max_batch_size,
         onnxruntime_options=_ort_defaults(settings),
     )
@@ -117,4 +126,6 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
     if settings.grpc_unix_socket:
         server.add_insecure_port(f"unix:{settings.grpc_unix_socket}")
-    return InferenceServer(settings, server, port, registry, dispatcher, health_servicer, state)
+    return InferenceServer(
+        settings, server, port, registry, dispatcher, pool, health_servicer, state
+    )

@@ -46,6 +46,13 @@ class ServerSettings:
             "ONNX Runtime inter-op threads per session unless the model's parameters say"
         ),
     )
+    pinned_memory_pool_byte_size: int = field(
+        default=256 * 1024 * 1024,
+        metadata=_help(
+            "Bytes of reusable host buffers (pinned when CUDA is present) that batches are "
+            "assembled in; past it, batches use ordinary memory (Triton's flag and default)."
+        ),
+    )
     exit_timeout_secs: float = field(
         default=30.0,
         metadata=_help("On shutdown, how long in-flight requests may take before the stop."),

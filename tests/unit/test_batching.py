@@ -5,15 +5,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
 
-from inferd.batching import CompletionDispatcher, ModelScheduler
+from inferd.batching import BatchingPolicy, CompletionDispatcher, HostBufferPool, ModelScheduler
 from inferd.batching.core import check_status_codes
 from inferd.errors import InvalidArgument, Unavailable
 
 INT32 = 8  # DataType code of INT32 (TYPE_INT32)
+POOL = HostBufferPool(1 << 24)
+
+
+def make_scheduler(
+    dispatcher: CompletionDispatcher, executors: list[Any], **policy: Any
+) -> ModelScheduler:
+    """A scheduler for a model with one INT32 output."""
+    return ModelScheduler(dispatcher, POOL, "m", BatchingPolicy(**policy), executors, [INT32])
 
 
 class Doubler:
@@ -51,7 +60,7 @@ def test_status_codes_agree_with_the_core() -> None:
 async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
     executors = [Doubler(), Doubler()]
-    scheduler = ModelScheduler(dispatcher, "double", 8, list(executors), [INT32])
+    scheduler = make_scheduler(dispatcher, list(executors), max_batch_size=8)
     values = [np.full((1, 3), i, dtype=np.int32) for i in range(200)]
     results = await asyncio.gather(*(scheduler.infer([(INT32, v.shape, v)], 1) for v in values))
     for value, outputs in zip(values, results, strict=True):
@@ -70,7 +79,7 @@ async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
 
 async def test_executor_errors_keep_their_code() -> None:
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
-    scheduler = ModelScheduler(dispatcher, "picky", 0, [Rejecting()], [INT32])
+    scheduler = make_scheduler(dispatcher, [Rejecting()], max_batch_size=0)
     value = np.zeros((2,), dtype=np.int32)
     with pytest.raises(InvalidArgument, match="not this input"):
         await scheduler.infer([(INT32, value.shape, value)], 1)
@@ -87,7 +96,7 @@ async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
     gate = threading.Event()
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
     executor = Doubler(gate=gate)
-    scheduler = ModelScheduler(dispatcher, "gated", 8, [executor], [INT32])
+    scheduler = make_scheduler(dispatcher, [executor], max_batch_size=8)
     value = np.ones((1, 1), dtype=np.int32)
     pending = [
         asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1)) for _ in range(5)
@@ -106,7 +115,7 @@ async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
 
 async def test_a_cancelled_caller_does_not_break_later_answers() -> None:
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
-    scheduler = ModelScheduler(dispatcher, "slow", 8, [Doubler(delay=0.05)], [INT32])
+    scheduler = make_scheduler(dispatcher, [Doubler(delay=0.05)], max_batch_size=8)
     value = np.ones((1, 1), dtype=np.int32)
     first = asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1))
     await asyncio.sleep(0.01)
@@ -119,7 +128,7 @@ async def test_a_cancelled_caller_does_not_break_later_answers() -> None:
 
 async def test_malformed_input_is_refused_at_submit() -> None:
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
-    scheduler = ModelScheduler(dispatcher, "m", 8, [Doubler()], [INT32])
+    scheduler = make_scheduler(dispatcher, [Doubler()], max_batch_size=8)
     with pytest.raises(InvalidArgument, match="bytes"):
         await scheduler.infer([(INT32, (1, 4), b"\x00" * 15)], 1)
     await scheduler.close()

@@ -15,10 +15,19 @@ using Clock = std::chrono::steady_clock;
 // One inference request as the core sees it: already decoded and validated against the model by
 // the caller, inputs in the model's input order. `token` is the caller's handle for the answer.
 struct InferenceRequest {
+  // Set by the caller.
   uint64_t token = 0;
   std::vector<Tensor> inputs;
-  int64_t batch_size = 1;  // rows along dim 0 when the model batches, else 1
+  int64_t batch_size = 1;   // rows along dim 0 when the model batches, else 1
+  uint32_t priority = 0;    // 1 = highest; 0 = the model's default level
+  uint64_t timeout_us = 0;  // the request's queue timeout, when the policy lets it override; 0 = none
+  Clock::time_point deadline = Clock::time_point::max();  // the caller's deadline
+
+  // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};
+  Clock::time_point timeout_at = Clock::time_point::max();  // the queue policy's timeout
+  uint64_t sequence = 0;            // enqueue order, for preserve_ordering
+  std::vector<int64_t> shape_key;   // non-batch dims of every input: requests batch when equal
 };
 
 // The answer to one request. `request` travels back with it so that the caller's buffers are

@@ -1,7 +1,7 @@
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -9,25 +9,28 @@
 #include <vector>
 
 #include "inferd/completion_queue.h"
+#include "inferd/dynamic_batcher.h"
 #include "inferd/executor.h"
 #include "inferd/inference_request.h"
 #include "inferd/model_statistics.h"
-#include "inferd/request_queue.h"
+#include "inferd/pinned_buffer_pool.h"
 
 namespace inferd {
 
 struct SchedulerOptions {
-  std::string model_name;      // used in messages only
-  int64_t max_batch_size = 0;  // 0: the model does not batch, dim 0 is an ordinary dim
+  std::string model_name;  // used in messages only
+  BatcherOptions batching;
 };
 
-// Owns one model version's request queue and one worker thread per executor instance. Each worker
-// takes the next batch from the queue, gathers its inputs, runs its executor, scatters the outputs
-// back per request and pushes one completion per request.
+// Runs one model version: its DynamicBatcher and one worker thread per executor instance. Each
+// worker, when free, takes the next batch from the batcher, gathers its inputs into a buffer from
+// the pinned pool, runs its executor, scatters the outputs back per request and completes them.
+// With several instances, one assembles its batch while another computes.
 //
-// Invariants: every request accepted by submit() gets exactly one completion, computed or failed,
-// also across shutdown; each executor is used by one worker thread only; workers are joined before
-// the scheduler is destroyed.
+// Invariants: every request accepted by submit() gets exactly one completion - computed, failed,
+// expired, cancelled or rejected at shutdown; each executor is used by one worker thread only;
+// workers are joined before the scheduler is destroyed; with preserve_ordering, completions leave
+// in enqueue order.
 class Scheduler {
  public:
   enum class ShutdownMode {
@@ -35,18 +38,22 @@ class Scheduler {
     kReject,  // queued requests are answered UNAVAILABLE without being computed
   };
 
-  // Starts one worker per instance. `completions` outlives nothing: it is shared.
+  // Starts one worker per instance. `completions` and `pool` are shared with other schedulers.
   Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
-            std::shared_ptr<CompletionQueue> completions);
+            std::shared_ptr<CompletionQueue> completions, std::shared_ptr<PinnedBufferPool> pool);
   // Shuts down with kDrain if shutdown() was not called. Blocks until the workers exit.
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Checks that each input's bytes match its shape (INVALID_ARGUMENT if not) and queues `request`.
-  // Thread-safe; never blocks beyond the queue lock. On success the scheduler owns the request; on
-  // failure (that, or UNAVAILABLE once shut down) it stays with the caller.
+  // Checks that each input's bytes match its shape (INVALID_ARGUMENT if not) and queues `request`
+  // (see DynamicBatcher::enqueue for the other refusals). Thread-safe; never blocks beyond the
+  // batcher's lock. On success the scheduler owns the request; on failure it stays with the caller.
   Status submit(std::unique_ptr<InferenceRequest>&& request);
+
+  // Answers the request with `token` CANCELLED if it is still queued; returns whether it was.
+  // A request already in a batch runs to the end. Thread-safe, non-blocking.
+  bool cancel(uint64_t token);
 
   // Closes intake, answers or computes what is queued (per `mode`) and joins the workers.
   // Thread-safe and idempotent; blocks until every worker has exited.
@@ -54,20 +61,26 @@ class Scheduler {
 
   // Thread-safe, non-blocking snapshots.
   StatisticsSnapshot statistics() const { return statistics_.snapshot(); }
-  size_t pending_requests() const { return queue_.size_approx(); }
+  size_t pending_requests() const { return batcher_.size(); }
   size_t instance_count() const { return instances_.size(); }
 
  private:
   void run_instance(Executor* executor);
   void execute_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);
-  void fail_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch, const Status& status);
+  void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
+  void complete(Completion&& completion, uint64_t sequence);
 
   const SchedulerOptions options_;
   std::vector<std::unique_ptr<Executor>> instances_;
   std::shared_ptr<CompletionQueue> completions_;
-  RequestQueue<std::unique_ptr<InferenceRequest>> queue_;
+  std::shared_ptr<PinnedBufferPool> pool_;
+  DynamicBatcher batcher_;
   ModelStatistics statistics_;
-  std::atomic<bool> reject_queued_{false};
+
+  std::mutex order_mutex_;                 // with preserve_ordering only
+  uint64_t next_to_complete_ = 0;          // guarded by order_mutex_
+  std::map<uint64_t, Completion> held_;    // guarded by order_mutex_: done, waiting for earlier ones
+
   std::mutex shutdown_mutex_;         // serializes shutdown() callers
   std::vector<std::thread> workers_;  // guarded by shutdown_mutex_ after construction
 };

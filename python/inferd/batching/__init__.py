@@ -1,5 +1,13 @@
 """The bridge to the C++ core (``inferd._core``): the only package that imports it."""
 
-from inferd.batching.core import CompletionDispatcher, CoreTensor, ModelScheduler
+from inferd.batching.core import CompletionDispatcher, CoreTensor, HostBufferPool, ModelScheduler
+from inferd.batching.policy import BatchingPolicy, QueuePolicy
 
-__all__ = ["CompletionDispatcher", "CoreTensor", "ModelScheduler"]
+__all__ = [
+    "BatchingPolicy",
+    "CompletionDispatcher",
+    "CoreTensor",
+    "HostBufferPool",
+    "ModelScheduler",
+    "QueuePolicy",
+]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import inferd._core as _core
+from inferd.batching.policy import BatchingPolicy, QueuePolicy
 from inferd.errors import ErrorCode, error_for_code
 from inferd.executors.base import Executor
 
@@ -77,33 +78,99 @@ class CompletionDispatcher:
                 future.set_exception(error_for_code(code, message))
 
 
+class HostBufferPool:
+    """The server's pool of (pinned when CUDA is there) buffers that batches are assembled in."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.core = _core.PinnedBufferPool(capacity_bytes)
+
+    def stats(self) -> dict[str, int | bool]:
+        return self.core.stats()
+
+    @staticmethod
+    def cuda_runtime() -> str:
+        """Which CUDA runtime the core found, or why none (then buffers are page-aligned only)."""
+        return _core.cuda_runtime_description()
+
+
+def _core_queue_policy(policy: QueuePolicy) -> Any:
+    out = _core.QueuePolicy()
+    out.delay_on_timeout = policy.delay_on_timeout
+    out.default_timeout_us = policy.default_timeout_us
+    out.allow_timeout_override = policy.allow_timeout_override
+    out.max_queue_size = policy.max_queue_size
+    return out
+
+
+def _core_batcher_options(policy: BatchingPolicy) -> Any:
+    out = _core.BatcherOptions()
+    out.dynamic = policy.dynamic
+    out.max_batch_size = policy.max_batch_size
+    out.preferred_batch_sizes = list(policy.preferred_batch_sizes)
+    out.max_queue_delay_us = policy.max_queue_delay_us
+    out.priority_levels = policy.priority_levels
+    out.default_priority_level = policy.default_priority_level
+    out.default_policy = _core_queue_policy(policy.default_queue_policy)
+    out.level_policies = {
+        level: _core_queue_policy(p) for level, p in policy.level_queue_policies.items()
+    }
+    out.preserve_ordering = policy.preserve_ordering
+    return out
+
+
 class ModelScheduler:
-    """One model version's queue and executor instances in the core."""
+    """One model version's queue, batcher and executor instances in the core."""
 
     def __init__(
         self,
         dispatcher: CompletionDispatcher,
+        pool: HostBufferPool,
         model_name: str,
-        max_batch_size: int,
+        policy: BatchingPolicy,
         executors: list[Executor],
         output_datatypes: list[int],
     ) -> None:
         self._dispatcher = dispatcher
         self._executors = executors
+        self.policy = policy
         self._core = _core.Scheduler(
-            model_name, max_batch_size, list(executors), output_datatypes, dispatcher.queue
+            model_name,
+            _core_batcher_options(policy),
+            list(executors),
+            output_datatypes,
+            dispatcher.queue,
+            pool.core,
         )
 
     async def infer(
-        self, inputs: list[CoreTensor], batch_size: int
+        self,
+        inputs: list[CoreTensor],
+        batch_size: int,
+        *,
+        priority: int = 0,
+        timeout_us: int = 0,
+        deadline_s: float | None = None,
     ) -> list[tuple[int, tuple[int, ...], np.ndarray]]:
-        """Computes one request: inputs in model order; returns every output in model order."""
+        """Computes one request: inputs in model order; returns every output in model order.
+
+        ``priority`` 0 is the model's default level; ``timeout_us`` asks for a shorter queue
+        timeout (honoured when the policy allows overrides); ``deadline_s``, the seconds the
+        caller will wait, makes a request still queued when it passes DEADLINE_EXCEEDED without
+        being computed. If the caller is cancelled while the request waits, it leaves the queue.
+        """
+        deadline_us = 0 if deadline_s is None else max(1, int(deadline_s * 1e6))
         token, future = self._dispatcher.expect()
-        code, message = self._core.submit(token, batch_size, inputs)
+        code, message = self._core.submit(
+            token, batch_size, inputs, priority, timeout_us, deadline_us
+        )
         if code != 0:
             self._dispatcher.forget(token)
             raise error_for_code(code, message)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._core.cancel(token)  # still queued: out it goes; running: its answer is dropped
+            raise
 
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = self._core.statistics()

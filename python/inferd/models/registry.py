@@ -12,11 +12,11 @@ from typing import Any
 
 import structlog
 
-from inferd.batching import CompletionDispatcher, ModelScheduler
+from inferd.batching import CompletionDispatcher, HostBufferPool, ModelScheduler
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.executors import Executor, OnnxRuntimeExecutor, OnnxRuntimeOptions
-from inferd.repository import ModelRepository, load_model_config
+from inferd.repository import ModelRepository, batching_policy, load_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -84,12 +84,14 @@ class ModelRegistry:
         self,
         repository: ModelRepository,
         dispatcher: CompletionDispatcher,
+        pool: HostBufferPool,
         *,
         default_max_batch_size: int,
         onnxruntime_options: OnnxRuntimeOptions,
     ) -> None:
         self._repository = repository
         self._dispatcher = dispatcher
+        self._pool = pool
         self._default_max_batch_size = default_max_batch_size
         self._ort_options = onnxruntime_options
         self._models: dict[str, dict[int, LoadedModel]] = {}
@@ -135,11 +137,13 @@ class ModelRegistry:
                 model=name,
                 version=version,
                 max_batch_size=loaded.max_batch_size,
+                dynamic_batching=loaded.scheduler.policy.dynamic,
                 instances=sum(g.count for g in config.instance_group),
             )
 
     def _load_version(self, name: str, version: int, config: Any) -> LoadedModel:
         model_file = self._repository.model_file(name, version, config.default_model_filename)
+        policy = batching_policy(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
@@ -152,8 +156,9 @@ class ModelRegistry:
         ]
         scheduler = ModelScheduler(
             self._dispatcher,
+            self._pool,
             name,
-            int(config.max_batch_size),
+            policy,
             executors,
             [t.datatype.config_type for t in outputs],
         )

@@ -14,6 +14,7 @@ from typing import Any
 from google.protobuf import text_format
 
 import inferd._proto.model_config_pb2 as model_config_pb2
+from inferd.batching.policy import BatchingPolicy, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import ModelLoadError
 
@@ -217,3 +218,60 @@ def _check_against_model(
 
 def _config_name(d: Datatype) -> str:
     return "STRING" if d.name == "BYTES" else d.name
+
+
+def batching_policy(config: Any) -> BatchingPolicy:
+    """The completed config's dynamic_batching section as a BatchingPolicy, checked."""
+    name = config.name
+    if config.WhichOneof("scheduling_choice") not in (None, "dynamic_batching"):
+        raise ModelLoadError(
+            f"model {name!r}: {config.WhichOneof('scheduling_choice')} is not supported"
+        )
+    if not config.HasField("dynamic_batching"):
+        return BatchingPolicy(dynamic=False, max_batch_size=int(config.max_batch_size))
+    section = config.dynamic_batching
+    max_batch_size = int(config.max_batch_size)
+    if max_batch_size == 0:
+        raise ModelLoadError(
+            f"model {name!r}: dynamic_batching needs max_batch_size > 0 (the model does not batch)"
+        )
+    for size in section.preferred_batch_size:
+        if not 1 <= size <= max_batch_size:
+            raise ModelLoadError(
+                f"model {name!r}: dynamic_batching.preferred_batch_size {size} is outside "
+                f"1..{max_batch_size} (max_batch_size)"
+            )
+    levels = int(section.priority_levels)
+    if levels and not 1 <= section.default_priority_level <= levels:
+        raise ModelLoadError(
+            f"model {name!r}: dynamic_batching.default_priority_level "
+            f"{section.default_priority_level} is outside 1..{levels} (priority_levels)"
+        )
+    for level in section.priority_queue_policy:
+        if not 1 <= level <= levels:
+            raise ModelLoadError(
+                f"model {name!r}: dynamic_batching.priority_queue_policy names level {level}, "
+                f"outside 1..{levels} (priority_levels)"
+            )
+
+    def queue_policy(policy: Any) -> QueuePolicy:
+        return QueuePolicy(
+            delay_on_timeout=policy.timeout_action == model_config_pb2.ModelQueuePolicy.DELAY,
+            default_timeout_us=int(policy.default_timeout_microseconds),
+            allow_timeout_override=bool(policy.allow_timeout_override),
+            max_queue_size=int(policy.max_queue_size),
+        )
+
+    return BatchingPolicy(
+        dynamic=True,
+        max_batch_size=max_batch_size,
+        preferred_batch_sizes=tuple(int(s) for s in section.preferred_batch_size),
+        max_queue_delay_us=int(section.max_queue_delay_microseconds),
+        priority_levels=levels,
+        default_priority_level=int(section.default_priority_level),
+        default_queue_policy=queue_policy(section.default_queue_policy),
+        level_queue_policies={
+            int(level): queue_policy(p) for level, p in section.priority_queue_policy.items()
+        },
+        preserve_ordering=bool(section.preserve_ordering),
+    )

@@ -74,7 +74,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        response = await self._dataplane.infer(codec.decode_infer_request(request))
+        response = await self._dataplane.infer(
+            codec.decode_infer_request(request), deadline_s=context.time_remaining()
+        )
         return codec.encode_infer_response(response)
 
     async def ModelStreamInfer(
@@ -90,7 +92,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
         async def answer(request: Any) -> None:
             try:
-                response = await self._dataplane.infer(codec.decode_infer_request(request))
+                response = await self._dataplane.infer(
+                    codec.decode_infer_request(request), deadline_s=context.time_remaining()
+                )
                 await answers.put(
                     pb.ModelStreamInferResponse(
                         infer_response=codec.encode_infer_response(response)
