@@ -7,6 +7,7 @@ subprocess on a free port, and stops it with SIGTERM at the end, checking that i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,18 +86,19 @@ class ServerProcess:
         self.repository = repository
         self.models = models
         self.url = ""
-        self.unix_socket = repository.parent / "inferd.sock"
+        self.unix_socket = Path()
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("integration")
-    repository = root / "models"
-    models = _write_repository(repository)
-    log_path = root / "server.log"
+@contextlib.contextmanager
+def running_server(
+    repository: Path, models: list[str], workdir: Path, *extra_args: str
+) -> Iterator[ServerProcess]:
+    """``inferd serve`` on ``repository`` as a subprocess, until the block ends; then SIGTERM,
+    and the exit code and the error-level log records are checked."""
+    log_path = workdir / "server.log"
     # Hermetic: the caller's INFERD_* settings must not change the server under test.
     env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
     env["PYTHONUNBUFFERED"] = "1"
@@ -114,13 +116,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "--log-format",
         "json",
         "--grpc-unix-socket",
-        str(root / "inferd.sock"),
+        str(workdir / "inferd.sock"),
+        *extra_args,
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
         )
     running = ServerProcess(process, log_path, repository, models)
+    running.unix_socket = workdir / "inferd.sock"
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while (port := _started_port(log_path)) is None:
@@ -156,6 +160,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # (an unexpected exception in a handler answers INTERNAL and is logged at "error").
     problems = [r for r in _records(log_path) if r.get("level") in ("error", "critical")]
     assert not problems, "inferd logged errors:\n" + "\n".join(json.dumps(r) for r in problems)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("integration")
+    repository = root / "models"
+    models = _write_repository(repository)
+    with running_server(repository, models, root) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

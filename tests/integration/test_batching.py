@@ -1,0 +1,297 @@
+"""Dynamic batching through a live server and tritonclient: batched rows come back to their own
+callers, and the queue policies (priority, queue size, timeouts, deadlines, cancellation) hold.
+
+Queueing is made observable with a deliberately slow model (four 1024x1024 matrix products per
+row, about 100 ms here) served by one instance, so later requests wait behind it.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import tritonclient.grpc as grpcclient
+from conftest import ServerProcess, running_server
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from inferd.examples import write_identity_model
+
+SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 GFLOP each
+SLOW_PRODUCTS = 4
+
+
+def write_slow_model(model_dir: Path, config: str) -> None:
+    """INPUT0 FP32 [batch, 1] -> OUTPUT0 = INPUT0, after work that scales with the rows."""
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    nodes = [
+        helper.make_node("Reshape", ["INPUT0", "shape3"], ["x3"]),
+        helper.make_node("Expand", ["x3", "square"], ["a"]),  # [batch, N, N]
+        helper.make_node("Identity", ["a"], ["p0"]),
+        *(
+            node
+            for k in range(SLOW_PRODUCTS)  # p(k+1) = p(k) @ a / N: bounded values
+            for node in (
+                helper.make_node("MatMul", [f"p{k}", "a"], [f"q{k}"]),
+                helper.make_node("Mul", [f"q{k}", "inverse_n"], [f"p{k + 1}"]),
+            )
+        ),
+        helper.make_node(
+            "ReduceMean", [f"p{SLOW_PRODUCTS}"], ["m"], axes=[1, 2], keepdims=0
+        ),  # [batch]
+        helper.make_node("Unsqueeze", ["m", "axis1"], ["m2"]),  # [batch, 1]
+        helper.make_node("Mul", ["m2", "zero"], ["z"]),
+        helper.make_node("Add", ["INPUT0", "z"], ["OUTPUT0"]),
+    ]
+    initializers = [
+        helper.make_tensor("shape3", TensorProto.INT64, [3], [-1, 1, 1]),
+        helper.make_tensor("square", TensorProto.INT64, [3], [1, SLOW_SIZE, SLOW_SIZE]),
+        helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor("inverse_n", TensorProto.FLOAT, [], [1.0 / SLOW_SIZE]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 1])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(config)
+
+
+SLOW_IO = """
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+"""
+
+MODELS: dict[str, str] = {
+    # max_batch_size 1: one request per execution, so the queue order is the execution order.
+    "slow_priority": "max_batch_size: 1\n"
+    + SLOW_IO
+    + "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
+    "slow_bounded": "max_batch_size: 1\n"
+    + SLOW_IO
+    + "dynamic_batching { default_queue_policy { max_queue_size: 2 } }",
+    "slow_timeout": "max_batch_size: 1\n"
+    + SLOW_IO
+    + "dynamic_batching { default_queue_policy { default_timeout_microseconds: 20000 } }",
+    "slow_override": "max_batch_size: 1\n" + SLOW_IO + "dynamic_batching { default_queue_policy {"
+    " default_timeout_microseconds: 60000000 allow_timeout_override: true } }",
+    "slow_plain": "max_batch_size: 1\n" + SLOW_IO + "dynamic_batching { }",
+    "slow_batched": "max_batch_size: 16\n"
+    + SLOW_IO
+    + "dynamic_batching { max_queue_delay_microseconds: 2000 }",
+}
+
+
+@pytest.fixture(scope="module")
+def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("batching")
+    repository = root / "models"
+    for name, config in MODELS.items():
+        write_slow_model(repository / name, config)
+    write_identity_model(repository / "batched_identity", "FP32", max_batch_size=16)
+    with (repository / "batched_identity" / "config.pbtxt").open("a") as config_file:
+        config_file.write("dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
+    with running_server(repository, [*MODELS, "batched_identity"], root) as server:
+        yield server
+
+
+@pytest.fixture
+def triton(batching_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(batching_server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def fp32_input(values: np.ndarray) -> list[grpcclient.InferInput]:
+    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
+    tensor.set_data_from_numpy(values)
+    return [tensor]
+
+
+class Answers:
+    """Collects async_infer callbacks: (tag, result or error), in completion order."""
+
+    def __init__(self) -> None:
+        self.done: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
+
+    def callback(self, tag: str) -> Any:
+        return lambda result, error: self.done.put((tag, result, error))
+
+    def wait(self, count: int, timeout: float = 30.0) -> list[tuple[str, Any, Any]]:
+        return [self.done.get(timeout=timeout) for _ in range(count)]
+
+
+def stats(client: grpcclient.InferenceServerClient, model: str) -> Any:
+    return client.get_inference_statistics(model).model_stats[0]
+
+
+def occupy(client: grpcclient.InferenceServerClient, model: str, answers: Answers) -> None:
+    """Starts a request that keeps the model's only instance busy. The idle worker takes it
+    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms)."""
+    client.async_infer(model, fp32_input(np.array([[-1.0]], np.float32)), answers.callback("busy"))
+    time.sleep(0.01)
+
+
+def test_concurrent_clients_get_their_own_rows_from_shared_batches(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    before = stats(triton, "batched_identity")
+    answers = Answers()
+    rng = np.random.default_rng(1)
+    sent: dict[str, np.ndarray] = {}
+    for i in range(48):
+        rows, length = int(rng.integers(1, 4)), int(rng.choice([3, 5]))  # mixed shapes
+        values = rng.standard_normal((rows, length)).astype(np.float32)
+        sent[str(i)] = values
+        triton.async_infer(
+            "batched_identity", fp32_input(values), answers.callback(str(i)), request_id=str(i)
+        )
+    for tag, result, error in answers.wait(len(sent)):
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), sent[tag])
+        assert result.get_response().id == tag
+    after = stats(triton, "batched_identity")
+    requests = after.inference_stats.success.count - before.inference_stats.success.count
+    executions = after.execution_count - before.execution_count
+    assert requests == len(sent)
+    assert executions < requests, "no two requests shared an execution"
+    assert any(b.batch_size > 3 for b in after.batch_stats), after.batch_stats
+
+
+def test_batched_slow_model_runs_fewer_executions_than_requests(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    before = stats(triton, "slow_batched")
+    answers = Answers()
+    for i in range(12):
+        triton.async_infer(
+            "slow_batched", fp32_input(np.array([[float(i)]], np.float32)), answers.callback(str(i))
+        )
+    for tag, result, error in answers.wait(12):
+        assert error is None, error
+        assert result.as_numpy("OUTPUT0")[0, 0] == float(tag)
+    after = stats(triton, "slow_batched")
+    assert after.execution_count - before.execution_count < 12
+
+
+def test_higher_priority_requests_overtake_queued_ones(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    answers = Answers()
+    occupy(triton, "slow_priority", answers)
+    for i in range(3):
+        triton.async_infer(
+            "slow_priority",
+            fp32_input(np.array([[float(i)]], np.float32)),
+            answers.callback(f"low{i}"),
+        )
+    triton.async_infer(
+        "slow_priority",
+        fp32_input(np.array([[9.0]], np.float32)),
+        answers.callback("high"),
+        priority=1,
+    )
+    order = [tag for tag, _, error in answers.wait(5) if error is None]
+    assert order[0] == "busy"
+    assert order[1] == "high", order
+    assert order[2:] == ["low0", "low1", "low2"], order  # FIFO within a level
+
+
+def test_a_full_queue_answers_resource_exhausted(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    answers = Answers()
+    occupy(triton, "slow_bounded", answers)
+    for i in range(2):
+        triton.async_infer(
+            "slow_bounded", fp32_input(np.array([[1.0]], np.float32)), answers.callback(f"q{i}")
+        )
+    time.sleep(0.01)
+    with pytest.raises(InferenceServerException) as refused:
+        triton.infer("slow_bounded", fp32_input(np.array([[1.0]], np.float32)))
+    assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "max_queue_size 2" in refused.value.message()
+    assert all(error is None for _, _, error in answers.wait(3))
+
+
+def test_a_queue_timeout_rejects_without_computing(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    answers = Answers()
+    occupy(triton, "slow_timeout", answers)
+    before = stats(triton, "slow_timeout")
+    with pytest.raises(InferenceServerException) as timed_out:
+        triton.infer("slow_timeout", fp32_input(np.array([[1.0]], np.float32)))
+    assert timed_out.value.status() == "StatusCode.UNAVAILABLE"
+    assert "timeout" in timed_out.value.message()
+    answers.wait(1)
+    after = stats(triton, "slow_timeout")
+    assert after.execution_count - before.execution_count <= 1  # only the busy request ran
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
+
+
+def test_the_timeout_parameter_shortens_the_queue_timeout(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    answers = Answers()
+    occupy(triton, "slow_override", answers)
+    with pytest.raises(InferenceServerException) as timed_out:
+        triton.infer("slow_override", fp32_input(np.array([[1.0]], np.float32)), timeout=5000)
+    assert timed_out.value.status() == "StatusCode.UNAVAILABLE"
+    answers.wait(1)
+
+
+def test_a_deadline_that_passes_in_the_queue_is_never_computed(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    answers = Answers()
+    occupy(triton, "slow_plain", answers)
+    before = stats(triton, "slow_plain")
+    with pytest.raises(InferenceServerException) as late:
+        triton.infer("slow_plain", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.02)
+    assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    answers.wait(1)
+    time.sleep(0.05)
+    after = stats(triton, "slow_plain")
+    assert after.execution_count - before.execution_count <= 1  # the busy one, not the late one
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
+
+
+def test_a_cancelled_call_leaves_the_queue(triton: grpcclient.InferenceServerClient) -> None:
+    answers = Answers()
+    occupy(triton, "slow_plain", answers)
+    before = stats(triton, "slow_plain")
+    call = triton.async_infer(
+        "slow_plain", fp32_input(np.array([[1.0]], np.float32)), answers.callback("cancelled")
+    )
+    time.sleep(0.03)  # on the server and queued: the busy request computes for ~100 ms
+    call.cancel()
+    results = answers.wait(2)
+    assert {tag for tag, _, _ in results} == {"busy", "cancelled"}
+    time.sleep(0.05)
+    after = stats(triton, "slow_plain")
+    assert after.execution_count - before.execution_count <= 1
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
+
+
+def test_a_priority_beyond_the_levels_is_invalid(triton: grpcclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as bad:
+        triton.infer("slow_priority", fp32_input(np.array([[1.0]], np.float32)), priority=3)
+    assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "priority 3" in bad.value.message()
