@@ -3,6 +3,7 @@
 
 #include "inferd/cuda_runtime.h"
 #include "inferd/dynamic_batcher.h"
+#include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
 
 namespace py = pybind11;
@@ -17,6 +18,13 @@ void register_batching(py::module_& m) {
       .def_readwrite("allow_timeout_override", &QueuePolicy::allow_timeout_override)
       .def_readwrite("max_queue_size", &QueuePolicy::max_queue_size);
 
+  py::class_<Padding>(m, "Padding")
+      .def(py::init<>())
+      .def_readwrite("inputs", &Padding::inputs)
+      .def_readwrite("value", &Padding::value)
+      .def_readwrite("reference_input", &Padding::reference_input)
+      .def_readwrite("outputs", &Padding::outputs);
+
   py::class_<BatcherOptions>(m, "BatcherOptions")
       .def(py::init<>())
       .def_readwrite("dynamic", &BatcherOptions::dynamic)
@@ -27,7 +35,8 @@ void register_batching(py::module_& m) {
       .def_readwrite("default_priority_level", &BatcherOptions::default_priority_level)
       .def_readwrite("default_policy", &BatcherOptions::default_policy)
       .def_readwrite("level_policies", &BatcherOptions::level_policies)
-      .def_readwrite("preserve_ordering", &BatcherOptions::preserve_ordering);
+      .def_readwrite("preserve_ordering", &BatcherOptions::preserve_ordering)
+      .def_readwrite("padding", &BatcherOptions::padding);
 
   py::class_<PinnedBufferPool, std::shared_ptr<PinnedBufferPool>>(m, "PinnedBufferPool")
       .def(py::init<size_t, bool>(), py::arg("capacity_bytes"), py::arg("use_cuda") = true)

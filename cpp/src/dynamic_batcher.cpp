@@ -7,10 +7,12 @@
 namespace inferd {
 namespace {
 
-std::vector<int64_t> shape_key(const InferenceRequest& request) {
+std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& padding) {
   std::vector<int64_t> key;
-  for (const Tensor& input : request.inputs) {
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const Tensor& input = request.inputs[i];
     key.push_back(static_cast<int64_t>(input.shape.size()));  // keeps inputs' dims apart
+    if (padding.pads_input(i)) continue;  // any lengths batch together: padded at assembly
     for (size_t d = 1; d < input.shape.size(); ++d) key.push_back(input.shape[d]);
   }
   return key;
@@ -37,7 +39,7 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
                                                            " is outside 1.." +
                                                            std::to_string(options_.priority_levels));
   }
-  std::vector<int64_t> key = options_.dynamic ? shape_key(*request) : std::vector<int64_t>{};
+  std::vector<int64_t> key = options_.dynamic ? shape_key(*request, options_.padding) : std::vector<int64_t>{};
   const auto now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);

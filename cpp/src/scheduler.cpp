@@ -81,16 +81,13 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
   Status status;
   std::vector<std::vector<Tensor>> per_request;
   try {
-    std::vector<Tensor> inputs = gather_inputs(*batch, pool_.get());
+    std::vector<Tensor> inputs = gather_inputs(*batch, pool_.get(), options_.batching.padding);
     timeline.input_done = Clock::now();
     std::vector<Tensor> outputs;
     status = executor->execute(inputs, &outputs);
     timeline.infer_done = Clock::now();
     if (status.ok()) {
-      std::vector<int64_t> batch_sizes;
-      batch_sizes.reserve(batch->size());
-      for (const auto& request : *batch) batch_sizes.push_back(request->batch_size);
-      status = scatter_outputs(outputs, batch_sizes, &per_request);
+      status = scatter_outputs(outputs, *batch, options_.batching.padding, pool_.get(), &per_request);
     }
     timeline.output_done = Clock::now();
   } catch (const std::exception& e) {

@@ -273,3 +273,21 @@ TEST(DynamicBatcher, ManyProducersAndConsumersHandOutEachRequestOnce) {
 
 }  // namespace
 }  // namespace inferd
+
+namespace inferd {
+namespace {
+
+TEST(DynamicBatcher, PaddedInputsOfDifferentLengthsShareABatch) {
+  BatcherOptions o = dynamic(8);
+  o.padding.inputs = {true};
+  o.padding.reference_input = 0;
+  DynamicBatcher batcher(o);
+  ASSERT_TRUE(batcher.enqueue(request(1, 1, {4})).ok());
+  ASSERT_TRUE(batcher.enqueue(request(2, 1, {7})).ok());
+  ASSERT_TRUE(batcher.enqueue(request(3, 1, {4, 2})).ok());  // another rank: another bucket
+  EXPECT_EQ(tokens(next(batcher)), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(tokens(next(batcher)), (std::vector<uint64_t>{3}));
+}
+
+}  // namespace
+}  // namespace inferd

@@ -23,6 +23,13 @@ class QueuePolicy:
     max_queue_size: int
     def __init__(self) -> None: ...
 
+class Padding:
+    inputs: list[bool]
+    value: float
+    reference_input: int
+    outputs: list[list[tuple[int, int]]]
+    def __init__(self) -> None: ...
+
 class BatcherOptions:
     dynamic: bool
     max_batch_size: int
@@ -33,6 +40,7 @@ class BatcherOptions:
     default_policy: QueuePolicy
     level_policies: dict[int, QueuePolicy]
     preserve_ordering: bool
+    padding: Padding
     def __init__(self) -> None: ...
 
 class PinnedBufferPool:

@@ -96,6 +96,14 @@ MODELS: dict[str, str] = {
 }
 
 
+PADDED = """
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+parameters { key: "inferd.pad_inputs" value: { string_value: "INPUT0" } }
+parameters { key: "inferd.pad_value" value: { string_value: "-7" } }
+parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }
+"""
+
+
 @pytest.fixture(scope="module")
 def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("batching")
@@ -105,7 +113,12 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     write_identity_model(repository / "batched_identity", "FP32", max_batch_size=16)
     with (repository / "batched_identity" / "config.pbtxt").open("a") as config_file:
         config_file.write("dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
-    with running_server(repository, [*MODELS, "batched_identity"], root) as server:
+    write_identity_model(repository / "padded_identity", "FP32", max_batch_size=16)
+    with (repository / "padded_identity" / "config.pbtxt").open("a") as config_file:
+        config_file.write(PADDED)
+    with running_server(
+        repository, [*MODELS, "batched_identity", "padded_identity"], root
+    ) as server:
         yield server
 
 
@@ -172,6 +185,28 @@ def test_concurrent_clients_get_their_own_rows_from_shared_batches(
     assert requests == len(sent)
     assert executions < requests, "no two requests shared an execution"
     assert any(b.batch_size > 3 for b in after.batch_stats), after.batch_stats
+
+
+def test_padding_batches_different_lengths_and_slices_each_answer_back(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    before = stats(triton, "padded_identity")
+    answers = Answers()
+    rng = np.random.default_rng(2)
+    sent: dict[str, np.ndarray] = {}
+    for i in range(32):
+        rows, length = int(rng.integers(1, 3)), int(rng.integers(1, 9))  # many lengths
+        values = rng.standard_normal((rows, length)).astype(np.float32)
+        sent[str(i)] = values
+        triton.async_infer("padded_identity", fp32_input(values), answers.callback(str(i)))
+    for tag, result, error in answers.wait(len(sent)):
+        assert error is None, error
+        output = result.as_numpy("OUTPUT0")
+        assert output.shape == sent[tag].shape  # the padding (-7) is cut off again
+        np.testing.assert_array_equal(output, sent[tag])
+    after = stats(triton, "padded_identity")
+    executions = after.execution_count - before.execution_count
+    assert executions < len(sent) / 2, f"{executions} executions for {len(sent)} requests"
 
 
 def test_batched_slow_model_runs_fewer_executions_than_requests(

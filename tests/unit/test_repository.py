@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from inferd.batching import BatchingPolicy, QueuePolicy
 from inferd.errors import InvalidArgument, ModelLoadError, NotFound
 from inferd.examples import make_examples, write_identity_model
-from inferd.repository import ModelRepository, load_model_config
+from inferd.repository import ModelRepository, batching_policy, load_model_config
 from inferd.repository.layout import check_model_name
 
 
@@ -120,3 +121,102 @@ def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
 def test_config_mismatches_name_both_sides(repo: Path, text: str, message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
         config_of(repo, "simple", text)
+
+
+def policy_of(tmp_path: Path, datatype: str, extra: str, max_batch_size: int = 8) -> object:
+    model_dir = tmp_path / "m"
+    write_identity_model(model_dir, datatype, max_batch_size=max_batch_size)
+    config_path = model_dir / "config.pbtxt"
+    config_path.write_text(config_path.read_text() + extra)
+    config = load_model_config(
+        "m", config_path, model_dir / "1" / "model.onnx", default_max_batch_size=4
+    )
+    return batching_policy(config)
+
+
+def test_dynamic_batching_settings_become_the_policy(tmp_path: Path) -> None:
+    policy = policy_of(
+        tmp_path,
+        "FP32",
+        """dynamic_batching {
+             preferred_batch_size: [2, 4] max_queue_delay_microseconds: 300 preserve_ordering: true
+             priority_levels: 3 default_priority_level: 2
+             default_queue_policy { max_queue_size: 5 default_timeout_microseconds: 7 }
+             priority_queue_policy {
+               key: 1 value: { timeout_action: DELAY allow_timeout_override: true }
+             }
+           }""",
+    )
+    assert isinstance(policy, BatchingPolicy)
+    assert policy.dynamic and policy.max_batch_size == 8
+    assert policy.preferred_batch_sizes == (2, 4)
+    assert policy.max_queue_delay_us == 300 and policy.preserve_ordering
+    assert (policy.priority_levels, policy.default_priority_level) == (3, 2)
+    assert policy.default_queue_policy == QueuePolicy(max_queue_size=5, default_timeout_us=7)
+    assert policy.level_queue_policies == {
+        1: QueuePolicy(delay_on_timeout=True, allow_timeout_override=True)
+    }
+
+
+def test_no_dynamic_batching_section_runs_requests_alone(tmp_path: Path) -> None:
+    policy = policy_of(tmp_path, "FP32", "")
+    assert isinstance(policy, BatchingPolicy)
+    assert not policy.dynamic
+
+
+def test_padding_parameters_become_the_policy(tmp_path: Path) -> None:
+    policy = policy_of(
+        tmp_path,
+        "INT32",
+        """dynamic_batching { }
+           parameters { key: "inferd.pad_inputs" value: { string_value: "INPUT0" } }
+           parameters { key: "inferd.pad_value" value: { string_value: "3" } }
+           parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }""",
+    )
+    assert isinstance(policy, BatchingPolicy)
+    assert policy.padding.inputs == (True,)
+    assert policy.padding.value == 3.0
+    assert policy.padding.reference_input == 0
+    assert policy.padding.outputs == (((1, 1),),)
+
+
+def pad(key: str, value: str) -> str:
+    return f'parameters {{ key: "inferd.pad_{key}" value: {{ string_value: "{value}" }} }} '
+
+
+@pytest.mark.parametrize(
+    ("datatype", "extra", "message"),
+    [
+        (
+            "FP32",
+            "dynamic_batching { preferred_batch_size: [9] }",
+            r"preferred_batch_size 9 .*1\.\.8",
+        ),
+        (
+            "FP32",
+            "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+            "outside 1..2",
+        ),
+        (
+            "FP32",
+            "dynamic_batching { priority_levels: 2 default_priority_level: 1"
+            " priority_queue_policy { key: 5 value: {} } }",
+            "names level 5",
+        ),
+        ("FP32", pad("inputs", "INPUT0"), "need dynamic_batching"),
+        ("FP32", "dynamic_batching { } " + pad("inputs", "X"), "'X', not an input"),
+        ("BYTES", "dynamic_batching { } " + pad("inputs", "INPUT0"), "cannot be padded"),
+        (
+            "FP16",
+            "dynamic_batching { } " + pad("inputs", "INPUT0") + pad("value", "1"),
+            "pad with 0 only",
+        ),
+        ("FP32", "dynamic_batching { } " + pad("outputs", "OUTPUT0"), "need inferd.pad_inputs"),
+        ("FP32", "sequence_batching { }", "sequence_batching is not supported"),
+    ],
+)
+def test_bad_batching_settings_fail_the_load(
+    tmp_path: Path, datatype: str, extra: str, message: str
+) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        policy_of(tmp_path, datatype, extra)

@@ -5,22 +5,27 @@
 #include <vector>
 
 #include "inferd/inference_request.h"
+#include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
 
 namespace inferd {
 
-// Gathers the inputs of the requests of one batch into one tensor per input, concatenated along
-// dim 0 in request order, in buffers leased from `pool`. A batch of one request is passed through
-// without a copy.
-// Precondition: every request has the same number of inputs with equal dtypes and equal non-batch
-// dims (the scheduler only batches such requests). Thread-safe (reads its arguments only).
-std::vector<Tensor> gather_inputs(const std::vector<std::unique_ptr<InferenceRequest>>& batch,
-                                  PinnedBufferPool* pool);
+using RequestBatch = std::vector<std::unique_ptr<InferenceRequest>>;
 
-// Splits each batch output along dim 0 back to the requests, by their batch sizes, as views that
-// share the batch output's owner (no copy). Fails if an output's dim 0 does not equal the sum of
-// the batch sizes, or a BYTES output is malformed.
-Status scatter_outputs(const std::vector<Tensor>& outputs, const std::vector<int64_t>& batch_sizes,
-                       std::vector<std::vector<Tensor>>* per_request);
+// Gathers the inputs of the requests of one batch into one tensor per input, concatenated along
+// dim 0 in request order, in buffers leased from `pool`. Inputs that `padding` pads are padded to
+// the longest of the batch in every non-batch dim. A batch of one request is passed through
+// without a copy.
+// Precondition: every request has the same inputs with equal dtypes and equal non-batch dims,
+// except padded inputs, which have equal ranks (the batcher only batches such requests).
+// Thread-safe (reads its arguments only). Throws std::bad_alloc.
+std::vector<Tensor> gather_inputs(const RequestBatch& batch, PinnedBufferPool* pool, const Padding& padding);
+
+// Splits each batch output along dim 0 back to the requests, by their batch sizes. A plain split
+// gives views that share the batch output's owner (no copy); an output that `padding` slices back
+// is copied out, per request, at the request's own lengths. Fails if an output's dim 0 does not
+// equal the sum of the batch sizes, or a BYTES output is malformed.
+Status scatter_outputs(const std::vector<Tensor>& outputs, const RequestBatch& batch, const Padding& padding,
+                       PinnedBufferPool* pool, std::vector<std::vector<Tensor>>* per_request);
 
 }  // namespace inferd

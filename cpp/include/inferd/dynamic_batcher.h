@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inferd/inference_request.h"
+#include "inferd/padding.h"
 
 namespace inferd {
 
@@ -32,6 +33,7 @@ struct BatcherOptions {
   QueuePolicy default_policy;
   std::map<uint32_t, QueuePolicy> level_policies;  // overrides default_policy per level
   bool preserve_ordering = false;  // read by the scheduler
+  Padding padding;                 // padded inputs are bucketed by rank only
 };
 
 // A request the batcher took out of its queues unanswered, and the status to answer it with.

@@ -1,7 +1,7 @@
 """The bridge to the C++ core (``inferd._core``): the only package that imports it."""
 
 from inferd.batching.core import CompletionDispatcher, CoreTensor, HostBufferPool, ModelScheduler
-from inferd.batching.policy import BatchingPolicy, QueuePolicy
+from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
     "BatchingPolicy",
@@ -9,5 +9,6 @@ __all__ = [
     "CoreTensor",
     "HostBufferPool",
     "ModelScheduler",
+    "Padding",
     "QueuePolicy",
 ]

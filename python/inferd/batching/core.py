@@ -115,6 +115,12 @@ def _core_batcher_options(policy: BatchingPolicy) -> Any:
         level: _core_queue_policy(p) for level, p in policy.level_queue_policies.items()
     }
     out.preserve_ordering = policy.preserve_ordering
+    padding = _core.Padding()
+    padding.inputs = list(policy.padding.inputs)
+    padding.value = policy.padding.value
+    padding.reference_input = policy.padding.reference_input
+    padding.outputs = [list(pairs) for pairs in policy.padding.outputs]
+    out.padding = padding
     return out
 
 

@@ -15,6 +15,17 @@ class QueuePolicy:
 
 
 @dataclass(frozen=True)
+class Padding:
+    """Variable-length inputs padded to the longest of their batch (see README, "Padding")."""
+
+    inputs: tuple[bool, ...] = ()  # by input index
+    value: float = 0.0
+    reference_input: int = -1  # -1 = no padding
+    # by output index: (output dim, reference input dim) pairs to slice back per request
+    outputs: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+
+@dataclass(frozen=True)
 class BatchingPolicy:
     dynamic: bool = False  # False: each request runs alone through the same path
     max_batch_size: int = 0  # rows; 0 = the model does not batch
@@ -25,3 +36,4 @@ class BatchingPolicy:
     default_queue_policy: QueuePolicy = field(default_factory=QueuePolicy)
     level_queue_policies: dict[int, QueuePolicy] = field(default_factory=dict)
     preserve_ordering: bool = False
+    padding: Padding = field(default_factory=Padding)
