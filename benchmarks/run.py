@@ -188,13 +188,9 @@ def ratios(
         plain = at(runs, "inferd", m, top).get("infer_per_s")
         floor = at(runs, "floor", m, top).get("infer_per_s")
         raw_best = (raw.get(m) or {}).get("best_rows_per_s")
-        limits = [x for x in (floor, raw_best) if x is not None]
-        limit = min(limits) if limits else None
-        which = (
-            "floor"
-            if limit is not None and limit == floor
-            else ("raw engine" if limit is not None else "n/a")
-        )
+        # Both limits or none: a missing one could be the lower.
+        limit = min(floor, raw_best) if floor is not None and raw_best is not None else None
+        which = "n/a" if limit is None else ("floor" if limit == floor else "raw engine")
         out += [
             {
                 "name": "inferd-batching / min(floor, raw engine best)",
@@ -344,16 +340,16 @@ def markdown(report: dict[str, Any]) -> str:
     for model, cmd in report["raw_engine_commands"].items():
         lines.append(f"- raw engine {model}: `{cmd}`")
     lines += ["", "perf_analyzer, per server, model and concurrency C:", ""]
-    seen: set[str] = set()
-    for run in report["runs"]:
-        for r in run["results"]:
-            generic = r["command"].replace(
-                f"--concurrency-range {r['concurrency']}:{r['concurrency']}",
-                "--concurrency-range C:C",
-            )
-            if generic not in seen:
-                seen.add(generic)
-                lines.append(f"    {generic}")
+    generic = {
+        r["command"].replace(
+            f"--concurrency-range {r['concurrency']}:{r['concurrency']}", "--concurrency-range C:C"
+        )
+        for run in report["runs"]
+        for r in run["results"]
+        if r["command"]
+    }
+    # The plain commands first, then the retries' (with --stability-percentage).
+    lines += [f"    {c}" for c in sorted(generic, key=lambda c: ("--stability" in c, c))]
     return "\n".join(lines) + "\n"
 
 
