@@ -37,7 +37,8 @@ class ServerSettings:
     intra_op_thread_count: int = field(
         default=0,
         metadata=_help(
-            "ONNX Runtime threads per session unless the model's parameters say; 0 = one per core."
+            "ONNX Runtime threads per session unless the model's parameters say; "
+            "0 = one per core, less one for the gRPC front end."
         ),
     )
     inter_op_thread_count: int = field(

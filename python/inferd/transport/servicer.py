@@ -103,8 +103,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
             except Exception as e:
                 await answers.put((e, request.id))
 
+        tasks: set[asyncio.Task[None]] = set()
+
         async def read_all() -> None:
-            tasks: set[asyncio.Task[None]] = set()
             try:
                 async for request in requests:
                     task = asyncio.create_task(answer(request))
@@ -131,4 +132,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                 else:
                     yield item
         finally:
+            # The stream ended (or the client went away): nothing still queued is computed.
             reader.cancel()
+            for task in tasks:
+                task.cancel()
