@@ -62,12 +62,10 @@ void register_scheduler(py::module_& m) {
               auto entry = item.cast<py::tuple>();
               request->inputs.push_back(tensor_from_buffer(entry[0].cast<int>(), entry[1], entry[2]));
             }
-            Status status;
-            {
-              // Safe without the GIL: the request holds only C++ views; the queue takes its own lock.
-              py::gil_scoped_release release;
-              status = scheduler.submit(std::move(request));
-            }
+            // The GIL stays held: submit only takes the batcher's lock for a bounded push, and no
+            // thread takes the GIL while holding that lock (workers call executors outside it).
+            // Releasing it would hand the GIL to a waiting worker: a thread switch per request.
+            Status status = scheduler.submit(std::move(request));
             // On failure the request is still ours and is released here, with the GIL held.
             return py::make_tuple(static_cast<int>(status.code), status.message);
           },
