@@ -11,14 +11,14 @@ JOBS ?= $(shell nproc)
 # Triton's perf_analyzer (benchmarks).
 APT_PACKAGES := g++ cmake make libgtest-dev libb64-0d
 
-.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize lint typecheck bench clean
+.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize lint bench clean
 
 help:
 	@echo "make serve          set up, build, write the example models, serve them on port $(PORT)"
 	@echo "make test           set up, build, run the C++ (ctest) and Python (pytest) tests"
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
 	@echo "make lint           ruff, ruff format --check, mypy --strict"
-	@echo "make bench          benchmarks/ (perf_analyzer against the example models)"
+	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 
 # Installs the Debian packages when one is missing and we may (root); otherwise says what is missing.
 system-deps:
@@ -69,7 +69,7 @@ lint: build
 	$(VENV)/bin/mypy
 
 bench: examples
-	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES) --model simple --concurrency 1 16
+	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)
 
 clean:
 	rm -rf build $(EXAMPLES) .pytest_cache .mypy_cache .ruff_cache
