@@ -27,8 +27,9 @@ class DataPlane:
         results = await model.scheduler.infer(
             inputs,
             batch_size,
-            priority=_non_negative(request.parameters, "priority"),
-            timeout_us=_non_negative(request.parameters, "timeout"),
+            # Past 2^32 - 1 no model has the level; the core answers INVALID_ARGUMENT for it.
+            priority=min(_non_negative(request.parameters, "priority"), 2**32 - 1),
+            timeout_us=min(_non_negative(request.parameters, "timeout"), 2**64 - 1),
             deadline_s=deadline_s,
         )
         outputs = [

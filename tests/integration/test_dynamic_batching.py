@@ -325,8 +325,11 @@ def test_a_cancelled_call_leaves_the_queue(triton: grpcclient.InferenceServerCli
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 
-def test_a_priority_beyond_the_levels_is_invalid(triton: grpcclient.InferenceServerClient) -> None:
+@pytest.mark.parametrize("priority", [3, 2**40])
+def test_a_priority_beyond_the_levels_is_invalid(
+    triton: grpcclient.InferenceServerClient, priority: int
+) -> None:
     with pytest.raises(InferenceServerException) as bad:
-        triton.infer("slow_priority", fp32_input(np.array([[1.0]], np.float32)), priority=3)
+        triton.infer("slow_priority", fp32_input(np.array([[1.0]], np.float32)), priority=priority)
     assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "priority 3" in bad.value.message()
+    assert "outside 1..2" in bad.value.message()
