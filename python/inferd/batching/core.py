@@ -19,8 +19,10 @@ from inferd.batching.policy import BatchingPolicy, QueuePolicy
 from inferd.errors import ErrorCode, error_for_code
 from inferd.executors.base import Executor
 
-# (core datatype code, shape, buffer): a tensor as the core takes and returns it.
+# (core datatype code, shape, buffer): a tensor as the core takes it.
 CoreTensor = tuple[int, Sequence[int], Any]
+# What a computed request returns: (datatype code, shape, read-only array) per model output.
+CoreOutputs = list[tuple[int, tuple[int, ...], np.ndarray]]
 
 
 def check_status_codes() -> None:
@@ -44,15 +46,15 @@ class CompletionDispatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue = _core.CompletionQueue()
-        self._futures: dict[int, asyncio.Future[list[tuple[int, tuple[int, ...], np.ndarray]]]] = {}
+        self._futures: dict[int, asyncio.Future[CoreOutputs]] = {}
         self._tokens = itertools.count(1)
         loop.add_reader(self._queue.fileno(), self._drain)
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> _core.CompletionQueue:
         return self._queue
 
-    def expect(self) -> tuple[int, asyncio.Future[list[tuple[int, tuple[int, ...], np.ndarray]]]]:
+    def expect(self) -> tuple[int, asyncio.Future[CoreOutputs]]:
         """A fresh token and the future its completion will resolve."""
         token = next(self._tokens)
         future = self._loop.create_future()
@@ -156,7 +158,7 @@ class ModelScheduler:
         priority: int = 0,
         timeout_us: int = 0,
         deadline_s: float | None = None,
-    ) -> list[tuple[int, tuple[int, ...], np.ndarray]]:
+    ) -> CoreOutputs:
         """Computes one request: inputs in model order; returns every output in model order.
 
         ``priority`` 0 is the model's default level; ``timeout_us`` asks for a shorter queue

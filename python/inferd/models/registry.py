@@ -78,7 +78,8 @@ def _selected_versions(config: Any, available: list[int]) -> list[int]:
 
 
 class ModelRegistry:
-    """The loaded versions of every model, by name. Used from the event loop's thread only."""
+    """The loaded versions of every model, by name. Used from the event loop's thread, except
+    ``load_all``, which runs on a worker thread before the server starts serving."""
 
     def __init__(
         self,
