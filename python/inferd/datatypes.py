@@ -1,8 +1,9 @@
 """The protocol's tensor datatypes and how each is held in memory.
 
 One row per datatype: its protocol name ("FP32"), its model-config enum value (TYPE_FP32 = 11,
-also the core's DataType code) and its numpy dtype. BYTES has no fixed width: it is carried
-serialized, each element a 4-byte little-endian length and its bytes, as on the wire.
+also the core's DataType code), its numpy dtype and its ONNX element type. BYTES has no fixed
+width: it is carried serialized, each element a 4-byte little-endian length and its bytes, as on
+the wire.
 BF16 has no numpy dtype: its raw 16-bit patterns are carried as uint16.
 """
 
@@ -20,36 +21,43 @@ class Datatype:
     config_type: int  # inference.DataType in model_config.proto, e.g. 11 for TYPE_FP32
     numpy: np.dtype[np.generic]  # little-endian storage dtype; uint8 for BYTES' serialized form
     itemsize: int  # bytes per element, 0 for BYTES
+    onnx_type: int  # onnx.TensorProto element type (ONNX strings carry BYTES)
 
     @property
     def is_bytes(self) -> bool:
         return self.itemsize == 0
 
+    @property
+    def config_name(self) -> str:
+        """The model-config enum name: TYPE_FP32, ..., TYPE_STRING for BYTES."""
+        return "TYPE_STRING" if self.is_bytes else f"TYPE_{self.name}"
 
-def _row(name: str, config_type: int, dtype: str, itemsize: int) -> Datatype:
-    return Datatype(name, config_type, np.dtype(dtype), itemsize)
+
+def _row(name: str, config_type: int, dtype: str, itemsize: int, onnx_type: int) -> Datatype:
+    return Datatype(name, config_type, np.dtype(dtype), itemsize, onnx_type)
 
 
 DATATYPES: Final[dict[str, Datatype]] = {
     d.name: d
     for d in (
-        _row("BOOL", 1, "?", 1),
-        _row("UINT8", 2, "<u1", 1),
-        _row("UINT16", 3, "<u2", 2),
-        _row("UINT32", 4, "<u4", 4),
-        _row("UINT64", 5, "<u8", 8),
-        _row("INT8", 6, "<i1", 1),
-        _row("INT16", 7, "<i2", 2),
-        _row("INT32", 8, "<i4", 4),
-        _row("INT64", 9, "<i8", 8),
-        _row("FP16", 10, "<f2", 2),
-        _row("FP32", 11, "<f4", 4),
-        _row("FP64", 12, "<f8", 8),
-        _row("BYTES", 13, "<u1", 0),
-        _row("BF16", 14, "<u2", 2),
+        _row("BOOL", 1, "?", 1, 9),
+        _row("UINT8", 2, "<u1", 1, 2),
+        _row("UINT16", 3, "<u2", 2, 4),
+        _row("UINT32", 4, "<u4", 4, 12),
+        _row("UINT64", 5, "<u8", 8, 13),
+        _row("INT8", 6, "<i1", 1, 3),
+        _row("INT16", 7, "<i2", 2, 5),
+        _row("INT32", 8, "<i4", 4, 6),
+        _row("INT64", 9, "<i8", 8, 7),
+        _row("FP16", 10, "<f2", 2, 10),
+        _row("FP32", 11, "<f4", 4, 1),
+        _row("FP64", 12, "<f8", 8, 11),
+        _row("BYTES", 13, "<u1", 0, 8),
+        _row("BF16", 14, "<u2", 2, 16),
     )
 }
 BY_CONFIG_TYPE: Final[dict[int, Datatype]] = {d.config_type: d for d in DATATYPES.values()}
+BY_ONNX_TYPE: Final[dict[int, Datatype]] = {d.onnx_type: d for d in DATATYPES.values()}
 
 
 def datatype(name: str) -> Datatype:

@@ -16,6 +16,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from inferd.datatypes import DATATYPES
+
 # Pinned explicitly: onnx's defaults track its own newest IR/opset, which an
 # older onnxruntime may refuse to load.
 OPSET: Final = 17
@@ -23,30 +25,6 @@ IR_VERSION: Final = 9
 PLATFORM: Final = "onnxruntime_onnx"
 SEED: Final = 0
 
-
-class DatatypeInfo(NamedTuple):
-    onnx_type: int  # TensorProto.DataType value
-    config_type: str  # Triton model_config DataType enum name
-
-
-# The one table mapping protocol datatype -> ONNX element type / config enum.
-DATATYPES: Final[dict[str, DatatypeInfo]] = {
-    "BOOL": DatatypeInfo(TensorProto.BOOL, "TYPE_BOOL"),
-    "UINT8": DatatypeInfo(TensorProto.UINT8, "TYPE_UINT8"),
-    "UINT16": DatatypeInfo(TensorProto.UINT16, "TYPE_UINT16"),
-    "UINT32": DatatypeInfo(TensorProto.UINT32, "TYPE_UINT32"),
-    "UINT64": DatatypeInfo(TensorProto.UINT64, "TYPE_UINT64"),
-    "INT8": DatatypeInfo(TensorProto.INT8, "TYPE_INT8"),
-    "INT16": DatatypeInfo(TensorProto.INT16, "TYPE_INT16"),
-    "INT32": DatatypeInfo(TensorProto.INT32, "TYPE_INT32"),
-    "INT64": DatatypeInfo(TensorProto.INT64, "TYPE_INT64"),
-    "FP16": DatatypeInfo(TensorProto.FLOAT16, "TYPE_FP16"),
-    "BF16": DatatypeInfo(TensorProto.BFLOAT16, "TYPE_BF16"),
-    "FP32": DatatypeInfo(TensorProto.FLOAT, "TYPE_FP32"),
-    "FP64": DatatypeInfo(TensorProto.DOUBLE, "TYPE_FP64"),
-    # ONNX/onnxruntime strings are the carrier for protocol BYTES.
-    "BYTES": DatatypeInfo(TensorProto.STRING, "TYPE_STRING"),
-}
 
 # Kept literal (mirrors Triton's own "simple" example) so it reads as docs.
 SIMPLE_CONFIG: Final = """\
@@ -165,8 +143,8 @@ def write_identity_model(
         config = format_config(
             model_dir.name,
             max_batch_size,
-            [TensorSpec("INPUT0", info.config_type, dims)],
-            [TensorSpec("OUTPUT0", info.config_type, dims)],
+            [TensorSpec("INPUT0", info.config_name, dims)],
+            [TensorSpec("OUTPUT0", info.config_name, dims)],
         )
     _save(model_dir, graph, config)
 

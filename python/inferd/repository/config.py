@@ -15,31 +15,13 @@ from google.protobuf import text_format
 
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
-from inferd.datatypes import BY_CONFIG_TYPE, Datatype
+from inferd.datatypes import BY_CONFIG_TYPE, BY_ONNX_TYPE, Datatype
 from inferd.errors import ModelLoadError
 
 ModelConfig = model_config_pb2.ModelConfig
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
-
-# onnx.TensorProto element type -> inference.DataType (config) value.
-_ONNX_ELEMENT_TYPES: dict[int, int] = {
-    1: 11,  # FLOAT -> FP32
-    2: 2,  # UINT8
-    3: 6,  # INT8
-    4: 3,  # UINT16
-    5: 7,  # INT16
-    6: 8,  # INT32
-    7: 9,  # INT64
-    8: 13,  # STRING -> BYTES
-    9: 1,  # BOOL
-    10: 10,  # FLOAT16 -> FP16
-    11: 12,  # DOUBLE -> FP64
-    12: 4,  # UINT32
-    13: 5,  # UINT64
-    16: 14,  # BFLOAT16 -> BF16
-}
 
 
 @dataclass(frozen=True)
@@ -63,14 +45,14 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
 
     def tensor(value_info: Any) -> ModelTensor:
         tensor_type = value_info.type.tensor_type
-        config_type = _ONNX_ELEMENT_TYPES.get(tensor_type.elem_type)
-        if config_type is None:
+        datatype = BY_ONNX_TYPE.get(tensor_type.elem_type)
+        if datatype is None:
             raise ModelLoadError(
                 f"{path}: tensor {value_info.name!r} has ONNX element type "
                 f"{tensor_type.elem_type}, which the protocol cannot carry"
             )
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
-        return ModelTensor(value_info.name, BY_CONFIG_TYPE[config_type], dims)
+        return ModelTensor(value_info.name, datatype, dims)
 
     inputs = [tensor(v) for v in model.graph.input if v.name not in initializers]
     outputs = [tensor(v) for v in model.graph.output]
@@ -190,8 +172,8 @@ def _check_against_model(
                 raise ModelLoadError(f"{where}: config.pbtxt sets no valid data_type")
             if configured != model_tensor.datatype:
                 raise ModelLoadError(
-                    f"{where}: config.pbtxt says TYPE_{_config_name(configured)}, "
-                    f"the ONNX model says TYPE_{_config_name(model_tensor.datatype)}"
+                    f"{where}: config.pbtxt says {configured.config_name}, "
+                    f"the ONNX model says {model_tensor.datatype.config_name}"
                 )
             full = ((-1,) if batched else ()) + tuple(tensor.dims)
             if len(full) != len(model_tensor.shape) or any(
@@ -214,10 +196,6 @@ def _check_against_model(
                     f"model {config.name!r}: the ONNX model needs {kind}s {missing}, "
                     "config.pbtxt does not list them"
                 )
-
-
-def _config_name(d: Datatype) -> str:
-    return "STRING" if d.name == "BYTES" else d.name
 
 
 def batching_policy(config: Any) -> BatchingPolicy:
