@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import inferd._proto.grpc_service_pb2 as pb
-import inferd._proto.grpc_service_pb2_grpc as pb_grpc
 import numpy as np
 
 import harness
+import inferd._proto.grpc_service_pb2 as pb
+import inferd._proto.grpc_service_pb2_grpc as pb_grpc
 
 # inferd's default (settings.grpc_max_message_bytes): Triton's limit, not gRPC's 4 MiB.
 MAX_MESSAGE_BYTES = 2**31 - 1

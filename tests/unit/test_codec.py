@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import inferd._proto.grpc_service_pb2 as pb
 import numpy as np
 import pytest
 
+import inferd._proto.grpc_service_pb2 as pb
 from inferd.datatypes import DATATYPES, count_bytes_elements, serialize_bytes
 from inferd.errors import InvalidArgument, Unimplemented
 from inferd.tensors import InferResponse, Tensor
