@@ -17,11 +17,11 @@ import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import ServerProcess, running_server
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from inferd.examples import write_identity_model
+from tests.integration.conftest import ServerProcess, running_server
 
 SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 GFLOP each
 SLOW_PRODUCTS = 4

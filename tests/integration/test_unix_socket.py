@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from conftest import ServerProcess
+
+from tests.integration.conftest import ServerProcess
 
 
 def test_infer_over_the_unix_socket(server: ServerProcess) -> None:
