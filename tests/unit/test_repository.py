@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,45 @@ def test_bad_batching_settings_fail_the_load(
 ) -> None:
     with pytest.raises(ModelLoadError, match=message):
         policy_of(tmp_path, datatype, extra)
+
+
+SIMPLE_IO = (
+    "max_batch_size: 8 "
+    'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] }, '
+    '{ name: "INPUT1" data_type: TYPE_INT32 dims: [16] OPTIONAL }]'
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ('model_warmup [{ name: "w" batch_size: 1 }]', "model_warmup"),
+        (
+            "optimization { execution_accelerators {"
+            ' gpu_execution_accelerator [{ name: "tensorrt" }] } }',
+            "optimization",
+        ),
+        ("response_cache { enable: true }", "response_cache"),
+        ("instance_group [{ count: 1 kind: KIND_CPU gpus: [0] }]", "instance_group.gpus"),
+        (SIMPLE_IO.replace("OPTIONAL", "optional: true"), "input.optional"),
+        ("model_transaction_policy { decoupled: true }", "model_transaction_policy"),
+    ],
+)
+def test_a_config_field_inferd_does_not_honour_fails_the_load_with_its_name(
+    repo: Path, extra: str, named: str
+) -> None:
+    with pytest.raises(ModelLoadError, match=rf"sets .*{re.escape(named)}.*does not support yet"):
+        config_of(repo, "simple", extra)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "optimization { }",
+        "model_transaction_policy { decoupled: false }",
+        SIMPLE_IO.replace("OPTIONAL", ""),
+    ],
+)
+def test_empty_or_default_sections_are_accepted(repo: Path, extra: str) -> None:
+    config = config_of(repo, "simple", extra)
+    assert config.name == "simple"

@@ -84,11 +84,66 @@ def load_model_config(
             "the name must match the folder"
         )
     config.name = name
+    _check_supported(config)
     _check_platform(config)
     inputs, outputs = read_onnx_signature(model_path)
     _complete(config, inputs, outputs, default_max_batch_size)
     _check_against_model(config, inputs, outputs)
     return config
+
+
+# What config.pbtxt may set: whole subtrees, and single fields (paths through repeated fields
+# name the field once: "input.dims"). Anything else with a value is refused at load, never ignored.
+_SUPPORTED_TREES = frozenset({"version_policy", "dynamic_batching", "parameters"})
+_SUPPORTED_FIELDS = frozenset(
+    {
+        "name",
+        "platform",
+        "backend",
+        "max_batch_size",
+        "default_model_filename",
+        "input.name",
+        "input.data_type",
+        "input.dims",
+        "output.name",
+        "output.data_type",
+        "output.dims",
+        "instance_group.name",
+        "instance_group.count",
+        "instance_group.kind",
+    }
+)
+
+
+def _unsupported_paths(message: Any, prefix: str = "") -> list[str]:
+    """Paths of the fields set in ``message`` that inferd does not honour (yet)."""
+    found: list[str] = []
+    for field, value in message.ListFields():
+        path = prefix + field.name
+        if path in _SUPPORTED_FIELDS or path in _SUPPORTED_TREES:
+            continue
+        is_message = (
+            field.message_type is not None and not field.message_type.GetOptions().map_entry
+        )
+        has_supported_children = any(s.startswith(path + ".") for s in _SUPPORTED_FIELDS)
+        if is_message and has_supported_children:
+            children = value if field.is_repeated else [value]
+            for child in children:
+                found += [p for p in _unsupported_paths(child, path + ".") if p not in found]
+        elif is_message and not field.is_repeated and not value.ListFields():
+            continue  # an empty section, e.g. `optimization { }`: asks for nothing
+        else:
+            found.append(path)
+    return found
+
+
+def _check_supported(config: Any) -> None:
+    unsupported = _unsupported_paths(config)
+    if unsupported:
+        raise ModelLoadError(
+            f"model {config.name!r}: config.pbtxt sets {', '.join(unsupported)}, which inferd "
+            "does not support yet (refused rather than ignored)"
+        )
 
 
 def _check_platform(config: Any) -> None:
