@@ -207,6 +207,14 @@ def _write_mlp(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
         [TensorSpec("INPUT0", "TYPE_FP32", [MLP_SIZES[0]])],
         [TensorSpec("OUTPUT0", "TYPE_FP32", [MLP_SIZES[-1]])],
     )
+    # Warm-up: the first real request should not pay ONNX Runtime's first-run cost.
+    config += (
+        "model_warmup [\n"
+        '  { name: "zeros" batch_size: 1\n'
+        f'    inputs {{ key: "INPUT0" value: {{ data_type: TYPE_FP32 dims: [ {MLP_SIZES[0]} ] '
+        "zero_data: true } } }\n"
+        "]\n"
+    )
     _save(model_dir, graph, config)
 
 

@@ -233,7 +233,7 @@ SIMPLE_IO = (
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ('model_warmup [{ name: "w" batch_size: 1 }]', "model_warmup"),
+        ('model_operations { op_library_filename: ["ops.so"] }', "model_operations"),
         (
             "optimization { execution_accelerators {"
             ' gpu_execution_accelerator [{ name: "tensorrt" }] } }',

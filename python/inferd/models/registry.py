@@ -16,6 +16,7 @@ from inferd.batching import CompletionDispatcher, HostBufferPool, ModelScheduler
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.executors import Executor, OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.models.warmup import warm_up, warmup_samples
 from inferd.repository import ModelRepository, batching_policy, load_model_config
 
 log = structlog.get_logger(__name__)
@@ -155,6 +156,8 @@ class ModelRegistry:
             )
             for _ in range(count)
         ]
+        # Before the version is ready: every instance runs the config's warm-up samples.
+        warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
         scheduler = ModelScheduler(
             self._dispatcher,
             self._pool,

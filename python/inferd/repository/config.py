@@ -94,7 +94,7 @@ def load_model_config(
 
 # What config.pbtxt may set: whole subtrees, and single fields (paths through repeated fields
 # name the field once: "input.dims"). Anything else with a value is refused at load, never ignored.
-_SUPPORTED_TREES = frozenset({"version_policy", "dynamic_batching", "parameters"})
+_SUPPORTED_TREES = frozenset({"version_policy", "dynamic_batching", "parameters", "model_warmup"})
 _SUPPORTED_FIELDS = frozenset(
     {
         "name",

@@ -1,0 +1,110 @@
+"""Model warm-up (config ``model_warmup``): samples run on every executor instance before a
+version is marked ready, so the first real request does not pay ONNX Runtime's first-run cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.datatypes import BY_CONFIG_TYPE, Datatype
+from inferd.errors import InferdError, ModelLoadError
+from inferd.executors import Executor
+
+WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as in Triton
+
+
+@dataclass(frozen=True)
+class WarmupSample:
+    name: str
+    count: int
+    inputs: list[np.ndarray]  # in the config's input order, as an executor takes them
+
+
+def _array(
+    datatype: Datatype, shape: tuple[int, ...], source: Any, model_dir: Path, where: str
+) -> np.ndarray:
+    choice = source.WhichOneof("input_data_type")
+    count = int(np.prod(shape, dtype=np.int64))
+    if choice == "input_data_file":
+        folder = (model_dir / WARMUP_FOLDER).resolve()
+        path = (folder / source.input_data_file).resolve()
+        if not path.is_relative_to(folder) or not path.is_file():
+            raise ModelLoadError(f"{where}: input_data_file must name a file in {WARMUP_FOLDER}/")
+        raw = path.read_bytes()
+        if datatype.is_bytes:
+            # One element per file, as Triton does for STRING warm-up data.
+            return np.full(shape, raw, dtype=object)
+        if len(raw) != count * datatype.itemsize:
+            raise ModelLoadError(
+                f"{where}: {path.name} has {len(raw)} bytes, shape {list(shape)} of "
+                f"{datatype.name} needs {count * datatype.itemsize}"
+            )
+        return np.frombuffer(raw, dtype=datatype.numpy).reshape(shape)
+    if datatype.is_bytes:
+        return np.full(shape, b"" if choice != "random_data" else b"warmup", dtype=object)
+    if choice == "random_data":
+        rng = np.random.default_rng(0)
+        if datatype.numpy.kind == "f" and datatype.name != "BF16":
+            return rng.standard_normal(shape).astype(datatype.numpy)
+        if datatype.numpy.kind == "b":
+            return rng.integers(0, 2, size=shape).astype(bool)
+        return rng.integers(0, 8, size=shape).astype(datatype.numpy)
+    return np.zeros(shape, dtype=datatype.numpy)
+
+
+def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
+    """The config's warm-up samples as arrays, checked against its inputs."""
+    samples: list[WarmupSample] = []
+    batched = config.max_batch_size > 0
+    for sample in config.model_warmup:
+        where = f"model {config.name!r} warm-up sample {sample.name!r}"
+        rows = max(1, int(sample.batch_size))
+        if batched and rows > config.max_batch_size:
+            raise ModelLoadError(f"{where}: batch_size {rows} exceeds max_batch_size")
+        unknown = sorted(set(sample.inputs) - {t.name for t in config.input})
+        if unknown:
+            raise ModelLoadError(f"{where}: the model has no input(s) {unknown}")
+        arrays: list[np.ndarray] = []
+        for tensor in config.input:
+            if tensor.name not in sample.inputs:
+                raise ModelLoadError(f"{where}: no data for input {tensor.name!r}")
+            source = sample.inputs[tensor.name]
+            datatype = BY_CONFIG_TYPE[tensor.data_type]
+            if source.data_type != tensor.data_type:
+                said = BY_CONFIG_TYPE.get(source.data_type)
+                raise ModelLoadError(
+                    f"{where}: input {tensor.name!r} is {datatype.config_name}, the sample says "
+                    f"{said.config_name if said else source.data_type}"
+                )
+            dims = tuple(int(d) for d in source.dims)
+            if (
+                len(dims) != len(tensor.dims)
+                or any(c != -1 and c != d for c, d in zip(tensor.dims, dims, strict=True))
+                or any(d < 0 for d in dims)
+            ):
+                raise ModelLoadError(
+                    f"{where}: input {tensor.name!r} dims {list(dims)} "
+                    f"do not fit {list(tensor.dims)}"
+                )
+            shape = ((rows,) if batched else ()) + dims
+            arrays.append(
+                _array(datatype, shape, source, model_dir, f"{where} input {tensor.name!r}")
+            )
+        samples.append(WarmupSample(sample.name, max(1, int(sample.count)), arrays))
+    return samples
+
+
+def warm_up(executors: list[Executor], samples: list[WarmupSample], model: str) -> None:
+    """Runs every sample ``count`` times on every instance; a failure fails the load."""
+    for executor in executors:
+        for sample in samples:
+            for _ in range(sample.count):
+                try:
+                    executor.execute(list(sample.inputs))
+                except InferdError as e:
+                    raise ModelLoadError(
+                        f"model {model!r} warm-up sample {sample.name!r}: {e}"
+                    ) from e
