@@ -180,6 +180,10 @@ class ModelScheduler:
             self._core.cancel(token)  # still queued: out it goes; running: its answer is dropped
             raise
 
+    @property
+    def executors(self) -> list[Executor]:
+        return list(self._executors)
+
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = self._core.statistics()
         return stats
@@ -191,5 +195,12 @@ class ModelScheduler:
         """Stops intake, lets queued requests finish (or rejects them), joins the workers and
         closes the executors. The join runs off the event loop, which keeps completing requests."""
         await asyncio.get_running_loop().run_in_executor(None, self._core.shutdown, reject_queued)
+        for executor in self._executors:
+            executor.close()
+
+    def close_now(self) -> None:
+        """Like close, blocking the calling thread: for a scheduler that never served (a load
+        that failed half-way, on the loader's worker thread)."""
+        self._core.shutdown(True)
         for executor in self._executors:
             executor.close()

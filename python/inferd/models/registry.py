@@ -1,11 +1,12 @@
-"""Which model versions are loaded, and the loading itself.
+"""Which model versions are loaded, and the loading, reloading and unloading itself.
 
-For now every model of the repository loads at start (Triton's ``--model-control-mode none``) and
-stays until shutdown; each version gets its own executors and core scheduler.
+Each version gets its own executors and core scheduler. What loads when is the model control
+mode's business (``inferd.models.control``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ class ModelState(enum.Enum):
 
     LOADING = "LOADING"  # being read and its executors created; not served yet
     READY = "READY"  # serving requests
+    UNLOADING = "UNLOADING"  # admits nothing new; draining what it has queued
     UNAVAILABLE = "UNAVAILABLE"  # failed to load (reason says why) or unloaded
 
 
@@ -79,8 +81,14 @@ def _selected_versions(config: Any, available: list[int]) -> list[int]:
 
 
 class ModelRegistry:
-    """The loaded versions of every model, by name. Used from the event loop's thread, except
-    ``load_all``, which runs on a worker thread before the server starts serving."""
+    """The loaded versions of every model, by name, and their loading and unloading.
+
+    Used from the event loop's thread, except ``load_all``, which runs on a worker thread before
+    the server serves. A (re)load builds the new versions beside the old ones and swaps them in
+    only when all are ready; the old ones then drain (what they have queued is still computed)
+    before they are freed, so no request is lost or failed by the change. A failed load leaves
+    what was serving as it was.
+    """
 
     def __init__(
         self,
@@ -98,17 +106,85 @@ class ModelRegistry:
         self._ort_options = onnxruntime_options
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
+        self._wanted: set[str] = set()  # models that should be serving (strict readiness)
+        self._locks: dict[str, asyncio.Lock] = {}
 
-    def load_all(self) -> None:
-        """Loads every model in the repository; a model that fails is recorded, not raised."""
-        for name in self._repository.model_names():
+    def load_all(self, names: list[str] | None = None) -> None:
+        """Loads ``names`` (default: every model in the repository) before serving starts; a
+        model that fails is recorded, not raised."""
+        for name in self._repository.model_names() if names is None else names:
+            self._wanted.add(name)
             try:
-                self._load_model(name)
+                self._install(name, self._build(name, None))
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
 
-    def _load_model(self, name: str) -> None:
+    async def load(self, name: str, override: Any | None = None) -> None:
+        """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt)."""
+        self._repository.model_dir(name)  # refuses unsafe or unknown names first
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            self._wanted.add(name)
+            serving = name in self._models
+            if not serving:
+                self._statuses[(name, "")] = ModelStatus(name, "", ModelState.LOADING)
+            loop = asyncio.get_running_loop()
+            try:
+                built = await loop.run_in_executor(None, self._build, name, override)
+            except InferdError as e:
+                log.error("model load failed", model=name, reason=str(e), kept_serving=serving)
+                if not serving:
+                    self._statuses[(name, "")] = ModelStatus(
+                        name, "", ModelState.UNAVAILABLE, str(e)
+                    )
+                raise
+            old = self._install(name, built)
+            for model in old:
+                await model.scheduler.close()  # drains: its queued requests are still answered
+            if old:
+                log.info("model versions replaced", model=name, drained=len(old))
+
+    async def unload(self, name: str) -> None:
+        """Stops admitting requests to ``name``, drains what it has queued, frees it."""
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            self._wanted.discard(name)
+            versions = self._models.pop(name, {})
+            if not versions and not any(k[0] == name for k in self._statuses):
+                raise NotFound(f"model {name!r} is not loaded")
+            for version in versions:
+                self._statuses[(name, str(version))] = ModelStatus(
+                    name, str(version), ModelState.UNLOADING
+                )
+            for version, model in versions.items():
+                await model.scheduler.close()
+                self._statuses[(name, str(version))] = ModelStatus(
+                    name, str(version), ModelState.UNAVAILABLE, "unloaded"
+                )
+            self._statuses.pop((name, ""), None)
+            log.info("model unloaded", model=name, versions=sorted(versions))
+
+    def _install(self, name: str, built: dict[int, LoadedModel]) -> list[LoadedModel]:
+        """Makes ``built`` the served versions of ``name``; returns the versions it replaced.
+        Synchronous, so no request sees a half-installed model."""
+        old = list(self._models.get(name, {}).values())
+        self._models[name] = built
+        for key in [k for k in self._statuses if k[0] == name]:
+            del self._statuses[key]
+        for version, model in built.items():
+            self._statuses[(name, str(version))] = ModelStatus(name, str(version), ModelState.READY)
+            log.info(
+                "model loaded",
+                model=name,
+                version=version,
+                max_batch_size=model.max_batch_size,
+                dynamic_batching=model.scheduler.policy.dynamic,
+                instances=len(model.scheduler.executors),
+            )
+        return old
+
+    def _build(self, name: str, override: Any | None) -> dict[int, LoadedModel]:
+        """Builds every version the policy selects, warmed up; nothing is installed. Blocking:
+        runs on a worker thread. Raises (after freeing what it built) if any version fails."""
         available = self._repository.versions(name)
         if not available:
             raise ModelLoadError(f"model {name!r} has no numeric version folder")
@@ -116,32 +192,24 @@ class ModelRegistry:
         # The newest version's model completes the config (Triton does the same).
         newest_file = self._repository.model_file(name, available[-1])
         config = load_model_config(
-            name, config_path, newest_file, default_max_batch_size=self._default_max_batch_size
+            name,
+            config_path,
+            newest_file,
+            default_max_batch_size=self._default_max_batch_size,
+            override=override,
         )
         versions = _selected_versions(config, available)
         if not versions:
             raise ModelLoadError(f"model {name!r}: the version policy selects none of {available}")
-        for version in versions:
-            key = (name, str(version))
-            self._statuses[key] = ModelStatus(name, str(version), ModelState.LOADING)
-            try:
-                loaded = self._load_version(name, version, config)
-            except InferdError as e:
-                log.error("model load failed", model=name, version=version, reason=str(e))
-                self._statuses[key] = ModelStatus(
-                    name, str(version), ModelState.UNAVAILABLE, str(e)
-                )
-                continue
-            self._models.setdefault(name, {})[version] = loaded
-            self._statuses[key] = ModelStatus(name, str(version), ModelState.READY)
-            log.info(
-                "model loaded",
-                model=name,
-                version=version,
-                max_batch_size=loaded.max_batch_size,
-                dynamic_batching=loaded.scheduler.policy.dynamic,
-                instances=sum(g.count for g in config.instance_group),
-            )
+        built: dict[int, LoadedModel] = {}
+        try:
+            for version in versions:
+                built[version] = self._load_version(name, version, config)
+        except BaseException:
+            for model in built.values():
+                model.scheduler.close_now()
+            raise
+        return built
 
     def _load_version(self, name: str, version: int, config: Any) -> LoadedModel:
         model_file = self._repository.model_file(name, version, config.default_model_filename)
@@ -203,8 +271,8 @@ class ModelRegistry:
         return sorted(self._statuses.values(), key=lambda s: (s.name, s.version))
 
     def all_ready(self) -> bool:
-        """True when every model that should have loaded has (strict readiness)."""
-        return all(s.state == ModelState.READY for s in self._statuses.values())
+        """True when every model that should be serving is (strict readiness)."""
+        return all(name in self._models for name in self._wanted)
 
     async def close(self) -> None:
         """Drains and frees every loaded version."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
@@ -69,15 +69,33 @@ def parse_config_text(text: str, source: str) -> Any:
     return config
 
 
+def parse_config_json(text: str, source: str) -> Any:
+    """A config given as JSON (Triton's load-request override) -> ModelConfig."""
+    config = ModelConfig()
+    try:
+        json_format.Parse(text, config, descriptor_pool=model_config_pb2.DESCRIPTOR.pool)
+    except json_format.ParseError as e:
+        raise ModelLoadError(f"{source}: {e}") from e
+    return config
+
+
 def load_model_config(
-    name: str, config_path: Path | None, model_path: Path, *, default_max_batch_size: int
+    name: str,
+    config_path: Path | None,
+    model_path: Path,
+    *,
+    default_max_batch_size: int,
+    override: Any | None = None,
 ) -> Any:
-    """The completed, checked config of model ``name`` whose ONNX file is ``model_path``."""
-    config = (
-        parse_config_text(config_path.read_text(), str(config_path))
-        if config_path
-        else ModelConfig()
-    )
+    """The completed, checked config of model ``name`` whose ONNX file is ``model_path``.
+    ``override``, a ModelConfig, replaces config.pbtxt (a load request's config)."""
+    if override is not None:
+        config = ModelConfig()
+        config.CopyFrom(override)
+    elif config_path is not None:
+        config = parse_config_text(config_path.read_text(), str(config_path))
+    else:
+        config = ModelConfig()
     if config.name and config.name != name:
         raise ModelLoadError(
             f"model {name!r}: config.pbtxt names the model {config.name!r}; "
