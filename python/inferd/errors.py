@@ -25,6 +25,7 @@ class ErrorCode(enum.IntEnum):
     CANCELLED = 6  # the caller went away
     INTERNAL = 7  # a bug or an executor failure; the server keeps serving
     UNIMPLEMENTED = 8  # a protocol feature inferd does not offer
+    FAILED_PRECONDITION = 9  # not allowed in the server's current configuration
 
 
 class InferdError(Exception):
@@ -65,6 +66,10 @@ class Unimplemented(InferdError):
     code = ErrorCode.UNIMPLEMENTED
 
 
+class FailedPrecondition(InferdError):
+    code = ErrorCode.FAILED_PRECONDITION
+
+
 class ModelLoadError(InferdError):
     """A model version could not be loaded: its config, its files or its executor."""
 
@@ -82,6 +87,7 @@ _BY_CODE: dict[ErrorCode, type[InferdError]] = {
         Cancelled,
         Internal,
         Unimplemented,
+        FailedPrecondition,
     )
 }
 

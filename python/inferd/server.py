@@ -22,6 +22,7 @@ from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
 from inferd.models import ModelRegistry
+from inferd.models.control import ControlMode, ModelControl
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.transport.servicer import InferenceServicer, ServerState
@@ -99,7 +100,17 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         onnxruntime_options=_ort_defaults(settings),
     )
     # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
-    await loop.run_in_executor(None, registry.load_all)
+    try:
+        mode = ControlMode(settings.model_control_mode)
+    except ValueError:
+        raise ValueError(
+            f"--model-control-mode must be none or explicit, not {settings.model_control_mode!r}"
+        ) from None
+    control = ModelControl(registry, mode)
+    startup = control.startup_models(
+        [n.strip() for n in settings.load_model.split(",") if n.strip()]
+    )
+    await loop.run_in_executor(None, registry.load_all, startup)
 
     options = [
         ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
@@ -108,7 +119,7 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
     server = grpc.aio.server(options=options)
     state = ServerState()
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(DataPlane(registry), state), server
+        InferenceServicer(DataPlane(registry), control, state), server
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -27,6 +27,17 @@ class ServerSettings:
         default=2**31 - 1,
         metadata=_help("Largest request or response, as Triton (gRPC's default is 4 MiB)."),
     )
+    model_control_mode: str = field(
+        default="none",
+        metadata=_help(
+            "none: load every model at start, refuse load/unload requests; explicit: load only "
+            "--load-model at start, then as RepositoryModelLoad/Unload ask."
+        ),
+    )
+    load_model: str = field(
+        default="",
+        metadata=_help("Comma-separated models to load at start in explicit mode ('*' = all)."),
+    )
     default_max_batch_size: int = field(
         default=4,
         metadata=_help(

@@ -270,6 +270,17 @@ class ModelRegistry:
     def statuses(self) -> list[ModelStatus]:
         return sorted(self._statuses.values(), key=lambda s: (s.name, s.version))
 
+    def index(self) -> list[ModelStatus]:
+        """Every model of the repository with its versions' states; one never loaded is
+        UNAVAILABLE, "not loaded"."""
+        known = {s.name for s in self._statuses.values()}
+        never = [
+            ModelStatus(name, "", ModelState.UNAVAILABLE, "not loaded")
+            for name in self._repository.model_names()
+            if name not in known
+        ]
+        return sorted([*self._statuses.values(), *never], key=lambda s: (s.name, s.version))
+
     def all_ready(self) -> bool:
         """True when every model that should be serving is (strict readiness)."""
         return all(name in self._models for name in self._wanted)

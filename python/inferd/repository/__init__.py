@@ -1,6 +1,17 @@
 """The model repository on disk: layout, versions and each model's configuration."""
 
-from inferd.repository.config import ModelConfig, batching_policy, load_model_config
+from inferd.repository.config import (
+    ModelConfig,
+    batching_policy,
+    load_model_config,
+    parse_config_json,
+)
 from inferd.repository.layout import ModelRepository
 
-__all__ = ["ModelConfig", "ModelRepository", "batching_policy", "load_model_config"]
+__all__ = [
+    "ModelConfig",
+    "ModelRepository",
+    "batching_policy",
+    "load_model_config",
+    "parse_config_json",
+]

@@ -13,12 +13,13 @@ import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
+from inferd.models.control import ModelControl
 from inferd.transport import codec
 from inferd.transport.status import answers_errors, grpc_status
 
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
-EXTENSIONS = ["model_configuration", "statistics"]
+EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule_policy"]
 
 
 class ServerState:
@@ -30,8 +31,9 @@ class ServerState:
 
 
 class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, dataplane: DataPlane, state: ServerState) -> None:
+    def __init__(self, dataplane: DataPlane, control: ModelControl, state: ServerState) -> None:
         self._dataplane = dataplane
+        self._control = control
         self._state = state
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -70,7 +72,17 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return codec.encode_repository_index(self._dataplane.registry.statuses(), request.ready)
+        return codec.encode_repository_index(self._dataplane.registry.index(), request.ready)
+
+    @answers_errors
+    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._control.load(request.model_name, codec.parameters(request.parameters))
+        return pb.RepositoryModelLoadResponse()
+
+    @answers_errors
+    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._control.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
 
     @answers_errors
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

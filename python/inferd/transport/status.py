@@ -22,6 +22,7 @@ GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 R = TypeVar("R")
