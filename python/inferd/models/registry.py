@@ -132,7 +132,8 @@ class ModelRegistry:
             try:
                 built = await loop.run_in_executor(None, self._build, name, override)
             except InferdError as e:
-                log.error("model load failed", model=name, reason=str(e), kept_serving=serving)
+                # The caller is told; the log keeps the reason. Not an error of the server's.
+                log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
                 if not serving:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)

@@ -1,0 +1,183 @@
+"""Explicit model control through tritonclient: load, reload with a config override and unload
+while traffic flows, with no request lost or failed; versions side by side; safety."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.examples import make_examples
+from tests.integration.conftest import ServerProcess, running_server
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("control")
+    repository = root / "models"
+    names = make_examples(repository)
+    # A second version of identity_fp32, served beside the first.
+    shutil.copytree(repository / "identity_fp32" / "1", repository / "identity_fp32" / "2")
+    (repository / "identity_fp32" / "config.pbtxt").write_text("version_policy { all { } }\n")
+    with running_server(
+        repository, names, root, "--model-control-mode", "explicit", "--load-model", "simple"
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def triton(explicit_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(explicit_server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def simple_inputs(value: int) -> tuple[list[grpcclient.InferInput], np.ndarray]:
+    a = np.full((1, 16), value, dtype=np.int32)
+    inputs = [
+        grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+        grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+    ]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    return inputs, a * 2
+
+
+def index(client: grpcclient.InferenceServerClient) -> dict[tuple[str, str], str]:
+    return {(m.name, m.version): m.state for m in client.get_model_repository_index().models}
+
+
+def test_only_the_named_model_loads_at_start(triton: grpcclient.InferenceServerClient) -> None:
+    states = index(triton)
+    assert states[("simple", "1")] == "READY"
+    assert states[("mlp", "")] == "UNAVAILABLE"
+    assert not triton.is_model_ready("mlp")
+    assert triton.is_server_ready()
+
+
+def test_load_serves_every_version_and_unload_drains(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    triton.load_model("identity_fp32")
+    assert triton.is_model_ready("identity_fp32", "1")
+    assert triton.is_model_ready("identity_fp32", "2")
+    assert triton.get_model_metadata("identity_fp32").versions == ["1", "2"]
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for version in ("1", "2", ""):
+        tensor = grpcclient.InferInput("INPUT0", [2, 3], "FP32")
+        tensor.set_data_from_numpy(values)
+        result = triton.infer("identity_fp32", [tensor], model_version=version)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+        assert result.get_response().model_version == (version or "2")
+    triton.unload_model("identity_fp32")
+    assert not triton.is_model_ready("identity_fp32")
+    with pytest.raises(InferenceServerException) as gone:
+        tensor = grpcclient.InferInput("INPUT0", [2, 3], "FP32")
+        tensor.set_data_from_numpy(values)
+        triton.infer("identity_fp32", [tensor])
+    assert gone.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND")
+    assert index(triton)[("identity_fp32", "1")] == "UNAVAILABLE"
+    assert triton.is_server_ready()  # an unloaded model is not one that should be serving
+
+
+def test_reloads_under_traffic_lose_no_request(
+    triton: grpcclient.InferenceServerClient, explicit_server: ServerProcess
+) -> None:
+    stop = threading.Event()
+    failures: list[str] = []
+    answered = [0]
+
+    def traffic(seed: int) -> None:
+        client = grpcclient.InferenceServerClient(explicit_server.url)
+        try:
+            value = seed
+            while not stop.is_set():
+                inputs, expected = simple_inputs(value)
+                try:
+                    result = client.infer("simple", inputs)
+                    if not np.array_equal(result.as_numpy("OUTPUT0"), expected):
+                        failures.append(f"wrong answer for {value}")
+                    answered[0] += 1
+                except InferenceServerException as e:
+                    failures.append(str(e))
+                value += 1
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=traffic, args=(i * 1000,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        triton.load_model("simple")  # reload as it is
+        override = {
+            "max_batch_size": 8,
+            "input": [
+                {"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]},
+            ],
+            "output": [
+                {"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16]},
+                {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [16]},
+            ],
+            "dynamic_batching": {"max_queue_delay_microseconds": "500"},
+            "instance_group": [{"count": 2, "kind": "KIND_CPU"}],
+        }
+        triton.load_model("simple", config=json.dumps(override))  # reload with another config
+        config = triton.get_model_config("simple").config
+        assert config.dynamic_batching.max_queue_delay_microseconds == 500
+        assert config.instance_group[0].count == 2
+        triton.load_model("simple")  # and back to config.pbtxt
+        assert not triton.get_model_config("simple").config.HasField("dynamic_batching")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert answered[0] > 10  # traffic really flowed across the reloads
+
+
+def test_a_failed_reload_leaves_the_old_version_serving(
+    triton: grpcclient.InferenceServerClient,
+) -> None:
+    bad = {
+        "max_batch_size": 8,
+        "input": [{"name": "NOPE", "data_type": "TYPE_INT32", "dims": [16]}],
+    }
+    with pytest.raises(InferenceServerException) as refused:
+        triton.load_model("simple", config=json.dumps(bad))
+    assert "NOPE" in refused.value.message()
+    inputs, expected = simple_inputs(7)
+    np.testing.assert_array_equal(triton.infer("simple", inputs).as_numpy("OUTPUT0"), expected)
+    assert triton.is_model_ready("simple")
+
+
+@pytest.mark.parametrize("name", ["../simple", "/etc", "simple/../../x", ".."])
+def test_names_that_escape_the_repository_are_refused(
+    triton: grpcclient.InferenceServerClient, name: str
+) -> None:
+    with pytest.raises(InferenceServerException) as refused:
+        triton.load_model(name)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_file_parameters_are_refused(triton: grpcclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as refused:
+        triton.load_model("simple", files={"file:1/model.onnx": b"x"})
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert triton.is_model_ready("simple")
+
+
+def test_control_is_refused_in_none_mode(client: grpcclient.InferenceServerClient) -> None:
+    for call in (lambda: client.load_model("simple"), lambda: client.unload_model("simple")):
+        with pytest.raises(InferenceServerException) as refused:
+            call()
+        assert refused.value.status() == "StatusCode.FAILED_PRECONDITION"
+    assert client.is_model_ready("simple")
