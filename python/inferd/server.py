@@ -40,14 +40,20 @@ class InferenceServer:
     grpc_server: grpc.aio.Server
     port: int
     registry: ModelRegistry
+    control: ModelControl
     dispatcher: CompletionDispatcher
     pool: HostBufferPool
     health: health.aio.HealthServicer
     state: ServerState
+    _poller: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.grpc_server.start()
         self.state.accepting = True
+        if self.control.mode is ControlMode.POLL:
+            self._poller = asyncio.create_task(
+                self.control.poll_forever(self.settings.repository_poll_secs)
+            )
         # "" is the process (liveness: up and taking calls); the inference service is readiness:
         # every model that should have loaded has, as ServerReady reports.
         ready = self.registry.all_ready()
@@ -62,6 +68,8 @@ class InferenceServer:
         the models' queues and frees them."""
         grace = self.settings.exit_timeout_secs if grace is None else grace
         self.state.accepting = False
+        if self._poller is not None:
+            self._poller.cancel()
         await self.health.enter_graceful_shutdown()
         await self.grpc_server.stop(grace)
         await self.registry.close()
@@ -92,8 +100,9 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         pinned=pool.stats()["pinned"],
         cuda=HostBufferPool.cuda_runtime(),
     )
+    repository = ModelRepository(settings.model_repository)
     registry = ModelRegistry(
-        ModelRepository(settings.model_repository),
+        repository,
         dispatcher,
         pool,
         default_max_batch_size=settings.default_max_batch_size,
@@ -106,11 +115,13 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         raise ValueError(
             f"--model-control-mode must be none or explicit, not {settings.model_control_mode!r}"
         ) from None
-    control = ModelControl(registry, mode)
+    control = ModelControl(registry, repository, mode)
     startup = control.startup_models(
         [n.strip() for n in settings.load_model.split(",") if n.strip()]
     )
     await loop.run_in_executor(None, registry.load_all, startup)
+    if mode is ControlMode.POLL:
+        await loop.run_in_executor(None, control.remember_repository)
 
     options = [
         ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
@@ -139,5 +150,5 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
     if settings.grpc_unix_socket:
         server.add_insecure_port(f"unix:{settings.grpc_unix_socket}")
     return InferenceServer(
-        settings, server, port, registry, dispatcher, pool, health_servicer, state
+        settings, server, port, registry, control, dispatcher, pool, health_servicer, state
     )

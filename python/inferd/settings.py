@@ -31,12 +31,16 @@ class ServerSettings:
         default="none",
         metadata=_help(
             "none: load every model at start, refuse load/unload requests; explicit: load only "
-            "--load-model at start, then as RepositoryModelLoad/Unload ask."
+            "--load-model at start, then as RepositoryModelLoad/Unload ask; poll: load every "
+            "model, then follow the repository's changes every --repository-poll-secs."
         ),
     )
     load_model: str = field(
         default="",
         metadata=_help("Comma-separated models to load at start in explicit mode ('*' = all)."),
+    )
+    repository_poll_secs: float = field(
+        default=15.0, metadata=_help("Poll mode: seconds between scans of the repository.")
     )
     default_max_batch_size: int = field(
         default=4,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -181,3 +182,49 @@ def test_control_is_refused_in_none_mode(client: grpcclient.InferenceServerClien
             call()
         assert refused.value.status() == "StatusCode.FAILED_PRECONDITION"
     assert client.is_model_ready("simple")
+
+
+@pytest.fixture(scope="module")
+def polled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("poll")
+    repository = root / "models"
+    names = make_examples(repository)
+    shutil.rmtree(repository / "mlp")  # keep the repository small
+    names.remove("mlp")
+    with running_server(
+        repository, names, root, "--model-control-mode", "poll", "--repository-poll-secs", "0.2"
+    ) as server:
+        yield server
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the poller did not apply the change in time"
+        time.sleep(0.1)
+
+
+def test_poll_mode_follows_the_repository(polled: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(polled.url)
+    try:
+        with pytest.raises(InferenceServerException) as refused:
+            client.load_model("simple")
+        assert refused.value.status() == "StatusCode.FAILED_PRECONDITION"
+        # A new model appears: loaded.
+        shutil.copytree(polled.repository / "simple", polled.repository / "simple_copy")
+        config = polled.repository / "simple_copy" / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "simple"', 'name: "simple_copy"'))
+        wait_for(lambda: client.is_model_ready("simple_copy"))
+        inputs, expected = simple_inputs(3)
+        result = client.infer("simple_copy", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected)
+        # Its config changes: reloaded with the new one.
+        config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+        wait_for(lambda: client.get_model_config("simple_copy").config.max_batch_size == 4)
+        # It goes away: unloaded; the others keep serving.
+        shutil.rmtree(polled.repository / "simple_copy")
+        wait_for(lambda: not client.is_model_ready("simple_copy"))
+        assert client.is_model_ready("simple")
+        assert client.is_server_ready()
+    finally:
+        client.close()

@@ -3,16 +3,27 @@ whether RepositoryModelLoad / RepositoryModelUnload may change that while servin
 
 - ``none`` (default): every model of the repository loads at start; the control RPCs are refused.
 - ``explicit``: only ``--load-model`` names (``*`` = all) load at start; then the RPCs decide.
+- ``poll``: every model loads at start; every ``--repository-poll-secs`` the repository is scanned
+  and what appeared is loaded, what changed (any file's size or time) reloaded, what went away
+  unloaded. As in Triton, a model still being copied may fail a load; it is retried once its files
+  change again. The control RPCs are refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
+import os
 from typing import Any
 
-from inferd.errors import FailedPrecondition, InvalidArgument
+import structlog
+
+from inferd.errors import FailedPrecondition, InferdError, InvalidArgument
 from inferd.models.registry import ModelRegistry
-from inferd.repository import parse_config_json
+from inferd.repository import ModelRepository, parse_config_json
+
+log = structlog.get_logger(__name__)
 
 # Load-request parameters inferd understands (Triton's names).
 CONFIG_OVERRIDE = "config"  # a ModelConfig as JSON, used instead of config.pbtxt
@@ -21,18 +32,73 @@ CONFIG_OVERRIDE = "config"  # a ModelConfig as JSON, used instead of config.pbtx
 class ControlMode(enum.Enum):
     NONE = "none"
     EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+def fingerprint(repository: ModelRepository, name: str) -> Fingerprint:
+    """(path, size, mtime) of every file of the model: changes when any file does."""
+    root = repository.model_dir(name)
+    entries: list[tuple[str, int, int]] = []
+    for folder, _, files in os.walk(root):
+        for file in files:
+            path = os.path.join(folder, file)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue  # removed while we looked: the next scan sees the rest
+            entries.append((os.path.relpath(path, root), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(entries))
 
 
 class ModelControl:
     """Applies the control mode to the registry. Used from the event loop's thread."""
 
-    def __init__(self, registry: ModelRegistry, mode: ControlMode) -> None:
+    def __init__(
+        self, registry: ModelRegistry, repository: ModelRepository, mode: ControlMode
+    ) -> None:
         self.registry = registry
+        self.repository = repository
         self.mode = mode
+        self._seen: dict[str, Fingerprint] = {}  # poll mode: what each model looked like
+
+    def remember_repository(self) -> None:
+        """Poll mode: records the repository as loaded at start (blocking; before serving)."""
+        self._seen = {n: fingerprint(self.repository, n) for n in self.repository.model_names()}
+
+    async def poll_forever(self, interval_s: float) -> None:
+        """Poll mode: rescans the repository every ``interval_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("repository poll failed")
+
+    async def poll_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        names = await loop.run_in_executor(None, self.repository.model_names)
+        for name in names:
+            try:
+                now = await loop.run_in_executor(None, fingerprint, self.repository, name)
+            except InferdError:
+                continue  # vanished or unsafe (a link out of the repository): not ours to load
+            if self._seen.get(name) == now:
+                continue
+            self._seen[name] = now
+            # A failure is logged by the registry; it is retried when the files change again.
+            with contextlib.suppress(InferdError):
+                await self.registry.load(name)
+        for name in sorted(set(self._seen) - set(names)):
+            del self._seen[name]
+            with contextlib.suppress(InferdError):
+                await self.registry.unload(name)
 
     def startup_models(self, load_model: list[str]) -> list[str] | None:
         """The models to load before serving (None = every model of the repository)."""
-        if self.mode is ControlMode.NONE or "*" in load_model:
+        if self.mode is not ControlMode.EXPLICIT or "*" in load_model:
             return None
         return load_model
 
