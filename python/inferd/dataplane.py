@@ -36,7 +36,10 @@ class DataPlane:
             Tensor(
                 model.outputs[i].name,
                 model.outputs[i].datatype.name,
-                tuple(results[i][1]),
+                # The model's shape, back in the API's dims when the config reshapes the output.
+                _reshaped(model, tuple(results[i][1]), model.outputs[i].dims)
+                if model.outputs[i].reshape is not None
+                else tuple(results[i][1]),
                 results[i][2],
             )
             for i in selected
@@ -57,6 +60,20 @@ def _non_negative(parameters: dict[str, ParameterValue], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgument(f"request parameter {key!r} must be a non-negative integer")
     return value
+
+
+def _reshaped(
+    model: LoadedModel, shape: tuple[int, ...], dims: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """``shape`` (batch dim first when the model batches) with its other dims replaced by
+    ``dims``, whose one -1 takes what is left of the element count. ``dims`` None: unchanged."""
+    if dims is None:
+        return shape
+    batch = shape[:1] if model.max_batch_size > 0 else ()
+    count = math.prod(shape[len(batch) :])
+    known = math.prod(d for d in dims if d != -1)
+    resolved = tuple(count // known if d == -1 and known else d for d in dims)
+    return batch + resolved
 
 
 def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTensor], int]:
@@ -85,7 +102,9 @@ def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTens
                 f"input {spec.name!r} has batch size {rows}, "
                 f"input {model.inputs[0].name!r} has {batch_size}"
             )
-        core.append((spec.datatype.config_type, found.shape, found.data))
+        core.append(
+            (spec.datatype.config_type, _reshaped(model, found.shape, spec.reshape), found.data)
+        )
     return core, batch_size
 
 

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from inferd.batching import CompletionDispatcher, HostBufferPool
-from inferd.errors import NotFound, Unavailable
+from inferd.dataplane import DataPlane
+from inferd.errors import ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models import ModelRegistry, ModelState
-from inferd.repository import ModelRepository
+from inferd.repository import ModelRepository, load_model_config
+from inferd.tensors import InferRequest, Tensor
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +69,65 @@ async def test_unload_refuses_new_requests_and_reports_the_state(repository: Pat
     with pytest.raises(NotFound):
         await registry.unload("mlp")
     await registry.close()
+
+
+def write_rank1_identity(model_dir: Path, config: str) -> None:
+    """An ONNX model whose tensors are [batch] only: clients see [batch, 1] through reshape."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    (model_dir / "1").mkdir(parents=True)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "rank1",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(config)
+
+
+async def test_reshape_gives_clients_the_configured_dims(tmp_path: Path) -> None:
+    write_rank1_identity(
+        tmp_path / "rank1",
+        """max_batch_size: 8
+        input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] reshape: { shape: [] } }]
+        output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [1] reshape: { shape: [] } }]
+        dynamic_batching { max_queue_delay_microseconds: 1000 }""",
+    )
+    registry = registry_for(tmp_path)
+    await registry.load("rank1")
+    dataplane = DataPlane(registry)
+    values = [np.array([[float(i)], [float(i) + 0.5]], dtype=np.float32) for i in range(6)]
+    responses = await asyncio.gather(
+        *(
+            dataplane.infer(
+                InferRequest(
+                    "rank1", "", str(i), [Tensor("INPUT0", "FP32", (2, 1), v.tobytes())], []
+                )
+            )
+            for i, v in enumerate(values)
+        )
+    )
+    for value, response in zip(values, responses, strict=True):
+        (output,) = response.outputs
+        assert output.shape == (2, 1)  # the API's dims, not the model's [2]
+        np.testing.assert_array_equal(np.asarray(output.data).reshape(2, 1), value)
+    await registry.close()
+
+
+def test_reshape_must_keep_the_element_count(tmp_path: Path) -> None:
+    write_rank1_identity(
+        tmp_path / "bad",
+        """max_batch_size: 8
+        input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] reshape: { shape: [] } }]""",
+    )
+    with pytest.raises(ModelLoadError, match="different numbers of elements"):
+        load_model_config(
+            "bad",
+            tmp_path / "bad" / "config.pbtxt",
+            tmp_path / "bad" / "1" / "model.onnx",
+            default_max_batch_size=4,
+        )

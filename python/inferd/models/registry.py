@@ -39,6 +39,7 @@ class TensorSpec:
     name: str
     datatype: Datatype
     dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None = None  # the model's dims, when they differ from the API's
 
 
 @dataclass
@@ -66,7 +67,15 @@ class ModelStatus:
 
 
 def _specs(tensors: Any) -> list[TensorSpec]:
-    return [TensorSpec(t.name, BY_CONFIG_TYPE[t.data_type], tuple(t.dims)) for t in tensors]
+    return [
+        TensorSpec(
+            t.name,
+            BY_CONFIG_TYPE[t.data_type],
+            tuple(t.dims),
+            tuple(t.reshape.shape) if t.HasField("reshape") else None,
+        )
+        for t in tensors
+    ]
 
 
 def _selected_versions(config: Any, available: list[int]) -> list[int]:

@@ -7,6 +7,7 @@ load with a message naming both sides. ``ModelConfig`` answers with the complete
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,8 +239,6 @@ def _check_against_model(
                     f"{where}: config.pbtxt names it, the ONNX model has no such {kind} "
                     f"(it has {sorted(by_name)})"
                 )
-            if tensor.HasField("reshape"):
-                raise ModelLoadError(f"{where}: 'reshape' is not supported yet")
             configured = BY_CONFIG_TYPE.get(tensor.data_type)
             if configured is None:
                 raise ModelLoadError(f"{where}: config.pbtxt sets no valid data_type")
@@ -248,7 +247,13 @@ def _check_against_model(
                     f"{where}: config.pbtxt says {configured.config_name}, "
                     f"the ONNX model says {model_tensor.datatype.config_name}"
                 )
-            full = ((-1,) if batched else ()) + tuple(tensor.dims)
+            # With `reshape`, the model sees reshape.shape where clients see dims.
+            model_dims = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+            if model_dims is not None:
+                _check_reshape(where, tuple(tensor.dims), model_dims)
+            full = ((-1,) if batched else ()) + (
+                model_dims if model_dims is not None else tuple(tensor.dims)
+            )
             if len(full) != len(model_tensor.shape) or any(
                 c != m and m != -1 for c, m in zip(full, model_tensor.shape, strict=True)
             ):
@@ -269,6 +274,23 @@ def _check_against_model(
                     f"model {config.name!r}: the ONNX model needs {kind}s {missing}, "
                     "config.pbtxt does not list them"
                 )
+
+
+def _check_reshape(where: str, dims: tuple[int, ...], reshape: tuple[int, ...]) -> None:
+    """dims and reshape.shape must hold the same number of elements; each may leave one -1."""
+    for label, shape in (("dims", dims), ("reshape", reshape)):
+        if shape.count(-1) > 1 or any(d < -1 for d in shape):
+            raise ModelLoadError(f"{where}: {label} {list(shape)} may have one -1 at most")
+    if -1 not in dims and -1 not in reshape and math.prod(dims) != math.prod(reshape):
+        raise ModelLoadError(
+            f"{where}: dims {list(dims)} and reshape {list(reshape)} hold different numbers "
+            "of elements"
+        )
+    if (-1 in dims) != (-1 in reshape):
+        raise ModelLoadError(
+            f"{where}: dims {list(dims)} and reshape {list(reshape)} must both be variable or "
+            "both be fixed"
+        )
 
 
 def batching_policy(config: Any) -> BatchingPolicy:
