@@ -228,3 +228,55 @@ def test_poll_mode_follows_the_repository(polled: ServerProcess) -> None:
         assert client.is_server_ready()
     finally:
         client.close()
+
+
+def batching_delay(client: grpcclient.InferenceServerClient) -> int | None:
+    """The served config's max_queue_delay_microseconds; None without dynamic_batching."""
+    config = client.get_model_config("simple").config
+    if not config.HasField("dynamic_batching"):
+        return None
+    return int(config.dynamic_batching.max_queue_delay_microseconds)
+
+
+def test_poll_reloads_under_traffic_lose_no_request(polled: ServerProcess) -> None:
+    stop = threading.Event()
+    failures: list[str] = []
+    answered = [0]
+
+    def traffic(seed: int) -> None:
+        client = grpcclient.InferenceServerClient(polled.url)
+        try:
+            value = seed
+            while not stop.is_set():
+                inputs, expected = simple_inputs(value)
+                try:
+                    result = client.infer("simple", inputs)
+                    if not np.array_equal(result.as_numpy("OUTPUT0"), expected):
+                        failures.append(f"wrong answer for {value}")
+                    answered[0] += 1
+                except InferenceServerException as e:
+                    failures.append(str(e))
+                value += 1
+        finally:
+            client.close()
+
+    client = grpcclient.InferenceServerClient(polled.url)
+    config = polled.repository / "simple" / "config.pbtxt"
+    original = config.read_text()
+    threads = [threading.Thread(target=traffic, args=(i * 1000,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for delay in (500, 0):  # two reloads, each a changed config the poller picks up
+            config.write_text(
+                original + f"dynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n"
+            )
+            wait_for(lambda delay=delay: batching_delay(client) == delay)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        config.write_text(original)
+        client.close()
+    assert failures == []
+    assert answered[0] > 10
