@@ -299,7 +299,7 @@ def test_a_deadline_that_passes_in_the_queue_is_never_computed(
     occupy(triton, "slow_plain", answers)
     before = stats(triton, "slow_plain")
     with pytest.raises(InferenceServerException) as late:
-        triton.infer("slow_plain", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.02)
+        triton.infer("slow_plain", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.04)
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     answers.wait(1)
     time.sleep(0.05)
