@@ -11,12 +11,13 @@ JOBS ?= $(shell nproc)
 # Triton's perf_analyzer (benchmarks).
 APT_PACKAGES := g++ cmake make libgtest-dev libb64-0d
 
-.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize lint bench clean
+.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench clean
 
 help:
 	@echo "make serve          set up, build, write the example models, serve them on port $(PORT)"
 	@echo "make test           set up, build, run the C++ (ctest) and Python (pytest) tests"
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
+	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
 	@echo "make lint           ruff, ruff format --check, mypy --strict"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 
@@ -62,6 +63,22 @@ test-sanitize: system-deps
 	  cmake --build build/sanitize-$$s -j $(JOBS) && \
 	  (cd build/sanitize-$$s && ctest --output-on-failure) || exit 1; \
 	done
+
+# The whole pytest suite (servers included) against an AddressSanitizer build of inferd._core, in a
+# venv of its own. libstdc++ is preloaded after libasan so that exceptions thrown inside ONNX
+# Runtime's uninstrumented library find the real __cxa_throw.
+ASAN_VENV ?= build/asan-venv
+test-asan-python: system-deps
+	test -x $(ASAN_VENV)/bin/python || $(PYTHON) -m venv $(ASAN_VENV)
+	$(ASAN_VENV)/bin/python -m pip install -q --upgrade pip
+	$(ASAN_VENV)/bin/python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.13" "grpcio-tools==1.85.1" ninja
+	$(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation \
+	  -C cmake.define.INFERD_SANITIZE=address -C build-dir=build/asan-wheel ".[cpu,dev]"
+	$(ASAN_VENV)/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps \
+	  -C cmake.define.INFERD_SANITIZE=address -C build-dir=build/asan-wheel .
+	ASAN_OPTIONS=detect_leaks=0 \
+	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  $(ASAN_VENV)/bin/python -m pytest -p no:cacheprovider
 
 lint: build
 	$(VENV)/bin/ruff check .
