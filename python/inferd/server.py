@@ -77,9 +77,6 @@ class InferenceServer:
         # allocations stays at its warm-up count under steady traffic: batches reuse buffers.
         log.info("server stopped", batch_buffer_pool=self.pool.stats())
 
-    async def wait_for_termination(self) -> None:
-        await self.grpc_server.wait_for_termination()
-
 
 def _ort_defaults(settings: ServerSettings) -> OnnxRuntimeOptions:
     return OnnxRuntimeOptions(

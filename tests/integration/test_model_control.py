@@ -52,6 +52,46 @@ def simple_inputs(value: int) -> tuple[list[grpcclient.InferInput], np.ndarray]:
     return inputs, a * 2
 
 
+class SimpleTraffic:
+    """Client threads sending distinct requests to ``simple`` and checking every answer, for as
+    long as the block runs; then ``failures`` (wrong answers and errors) and ``answered``."""
+
+    def __init__(self, url: str, clients: int) -> None:
+        self.url = url
+        self.failures: list[str] = []
+        self.answered = 0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._send, args=(i * 1000,)) for i in range(clients)
+        ]
+
+    def __enter__(self) -> SimpleTraffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _send(self, value: int) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        try:
+            while not self._stop.is_set():
+                inputs, expected = simple_inputs(value)
+                try:
+                    result = client.infer("simple", inputs)
+                    if not np.array_equal(result.as_numpy("OUTPUT0"), expected):
+                        self.failures.append(f"wrong answer for {value}")
+                    self.answered += 1
+                except InferenceServerException as e:
+                    self.failures.append(str(e))
+                value += 1
+        finally:
+            client.close()
+
+
 def index(client: grpcclient.InferenceServerClient) -> dict[tuple[str, str], str]:
     return {(m.name, m.version): m.state for m in client.get_model_repository_index().models}
 
@@ -92,31 +132,7 @@ def test_load_serves_every_version_and_unload_drains(
 def test_reloads_under_traffic_lose_no_request(
     triton: grpcclient.InferenceServerClient, explicit_server: ServerProcess
 ) -> None:
-    stop = threading.Event()
-    failures: list[str] = []
-    answered = [0]
-
-    def traffic(seed: int) -> None:
-        client = grpcclient.InferenceServerClient(explicit_server.url)
-        try:
-            value = seed
-            while not stop.is_set():
-                inputs, expected = simple_inputs(value)
-                try:
-                    result = client.infer("simple", inputs)
-                    if not np.array_equal(result.as_numpy("OUTPUT0"), expected):
-                        failures.append(f"wrong answer for {value}")
-                    answered[0] += 1
-                except InferenceServerException as e:
-                    failures.append(str(e))
-                value += 1
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=traffic, args=(i * 1000,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    with SimpleTraffic(explicit_server.url, clients=4) as traffic:
         triton.load_model("simple")  # reload as it is
         override = {
             "max_batch_size": 8,
@@ -137,12 +153,8 @@ def test_reloads_under_traffic_lose_no_request(
         assert config.instance_group[0].count == 2
         triton.load_model("simple")  # and back to config.pbtxt
         assert not triton.get_model_config("simple").config.HasField("dynamic_batching")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    assert failures == []
-    assert answered[0] > 10  # traffic really flowed across the reloads
+    assert traffic.failures == []
+    assert traffic.answered > 10  # traffic really flowed across the reloads
 
 
 def test_a_failed_reload_leaves_the_old_version_serving(
@@ -239,44 +251,18 @@ def batching_delay(client: grpcclient.InferenceServerClient) -> int | None:
 
 
 def test_poll_reloads_under_traffic_lose_no_request(polled: ServerProcess) -> None:
-    stop = threading.Event()
-    failures: list[str] = []
-    answered = [0]
-
-    def traffic(seed: int) -> None:
-        client = grpcclient.InferenceServerClient(polled.url)
-        try:
-            value = seed
-            while not stop.is_set():
-                inputs, expected = simple_inputs(value)
-                try:
-                    result = client.infer("simple", inputs)
-                    if not np.array_equal(result.as_numpy("OUTPUT0"), expected):
-                        failures.append(f"wrong answer for {value}")
-                    answered[0] += 1
-                except InferenceServerException as e:
-                    failures.append(str(e))
-                value += 1
-        finally:
-            client.close()
-
     client = grpcclient.InferenceServerClient(polled.url)
     config = polled.repository / "simple" / "config.pbtxt"
     original = config.read_text()
-    threads = [threading.Thread(target=traffic, args=(i * 1000,)) for i in range(3)]
-    for t in threads:
-        t.start()
     try:
-        for delay in (500, 0):  # two reloads, each a changed config the poller picks up
-            config.write_text(
-                original + f"dynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n"
-            )
-            wait_for(lambda delay=delay: batching_delay(client) == delay)
+        with SimpleTraffic(polled.url, clients=3) as traffic:
+            for delay in (500, 0):  # two reloads, each a changed config the poller picks up
+                config.write_text(
+                    original + f"dynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n"
+                )
+                wait_for(lambda delay=delay: batching_delay(client) == delay)
     finally:
-        stop.set()
-        for t in threads:
-            t.join()
         config.write_text(original)
         client.close()
-    assert failures == []
-    assert answered[0] > 10
+    assert traffic.failures == []
+    assert traffic.answered > 10

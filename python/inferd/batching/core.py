@@ -188,9 +188,6 @@ class ModelScheduler:
         stats: dict[str, Any] = self._core.statistics()
         return stats
 
-    def pending_requests(self) -> int:
-        return int(self._core.pending_requests())
-
     async def close(self, *, reject_queued: bool = False) -> None:
         """Stops intake, lets queued requests finish (or rejects them), joins the workers and
         closes the executors. The join runs off the event loop, which keeps completing requests."""

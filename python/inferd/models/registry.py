@@ -277,9 +277,6 @@ class ModelRegistry:
     def loaded(self) -> list[LoadedModel]:
         return [m for versions in self._models.values() for m in versions.values()]
 
-    def statuses(self) -> list[ModelStatus]:
-        return sorted(self._statuses.values(), key=lambda s: (s.name, s.version))
-
     def index(self) -> list[ModelStatus]:
         """Every model of the repository with its versions' states; one never loaded is
         UNAVAILABLE, "not loaded"."""
