@@ -92,7 +92,8 @@ py::array array_view(const Tensor& tensor) {
   return readonly_view(numpy_dtype(tensor.dtype), {tensor.shape.begin(), tensor.shape.end()}, tensor);
 }
 
-py::array executor_array(const Tensor& tensor) {
+py::object executor_array(const Tensor& tensor) {
+  if (tensor.absent) return py::none();
   if (tensor.dtype != DataType::kBytes) return array_view(tensor);
   std::vector<size_t> offsets;
   if (!bytes_element_offsets(tensor.data, tensor.byte_size, &offsets)) {

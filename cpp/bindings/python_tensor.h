@@ -25,8 +25,8 @@ Tensor tensor_from_buffer(int datatype, const py::sequence& shape, const py::han
 py::array array_view(const Tensor& tensor);
 
 // The ndarray an executor expects: array_view for fixed-width types, an object array of bytes
-// for BYTES. Requires the GIL.
-py::array executor_array(const Tensor& tensor);
+// for BYTES, None for an absent input. Requires the GIL.
+py::object executor_array(const Tensor& tensor);
 
 // An executor's output array -> Tensor of `expected` type, holding the array (or, for BYTES, a
 // serialized copy). Requires the GIL. Throws std::invalid_argument when the array does not match.

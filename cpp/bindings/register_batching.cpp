@@ -50,6 +50,8 @@ void register_batching(py::module_& m) {
 
   m.def("cuda_runtime_description", [] { return CudaRuntime::get().description(); },
         "Which CUDA runtime the core found at run time, or why none.");
+  m.def("cuda_device_count", [] { return CudaRuntime::get().device_count(); },
+        "CUDA devices the core's run-time libcudart sees; 0 without CUDA.");
 }
 
 }  // namespace inferd::python

@@ -60,6 +60,12 @@ void register_scheduler(py::module_& m) {
             if (deadline_us != 0) request->deadline = Clock::now() + std::chrono::microseconds(deadline_us);
             for (py::handle item : inputs) {
               auto entry = item.cast<py::tuple>();
+              if (entry[2].is_none()) {  // an optional input the request left out
+                const int code = entry[0].cast<int>();
+                if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+                request->inputs.push_back(Tensor::Absent(static_cast<DataType>(code)));
+                continue;
+              }
               request->inputs.push_back(tensor_from_buffer(entry[0].cast<int>(), entry[1], entry[2]));
             }
             // The GIL stays held: submit only takes the batcher's lock for a bounded push, and no
@@ -71,7 +77,8 @@ void register_scheduler(py::module_& m) {
           },
           py::arg("token"), py::arg("batch_size"), py::arg("inputs"), py::arg("priority") = 0,
           py::arg("timeout_us") = 0, py::arg("deadline_us") = 0,
-          "Queue a request: inputs are (datatype, shape, C-contiguous buffer) in model input order; "
+          "Queue a request: inputs are (datatype, shape, C-contiguous buffer or None for an optional "
+          "input left out) in model input order; "
           "priority 0 = default level; timeout_us = queue timeout override; deadline_us = the caller's "
           "deadline from now (0 = none). Returns (status code, message); the answer arrives on the "
           "completion queue.")

@@ -118,6 +118,10 @@ std::vector<Tensor> gather_inputs(const RequestBatch& batch, PinnedBufferPool* p
   const size_t num_inputs = batch.front()->inputs.size();
   for (size_t i = 0; i < num_inputs; ++i) {
     const Tensor& first = batch.front()->inputs[i];
+    if (first.absent) {  // the batcher keys on absence: the whole batch left it out
+      gathered.push_back(first);
+      continue;
+    }
     const bool ragged = std::any_of(batch.begin(), batch.end(), [&](const auto& r) {
       return !std::equal(r->inputs[i].shape.begin() + 1, r->inputs[i].shape.end(), first.shape.begin() + 1,
                          first.shape.end());

@@ -29,6 +29,7 @@ CudaRuntime::CudaRuntime() {
     }
     host_alloc_ = host_alloc;
     free_host_ = free_host;
+    device_count_ = devices;
     description_ = std::string(name) + " with " + std::to_string(devices) + " device(s)";
     return;
   }

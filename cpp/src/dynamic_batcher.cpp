@@ -11,6 +11,10 @@ std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& p
   std::vector<int64_t> key;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const Tensor& input = request.inputs[i];
+    if (input.absent) {
+      key.push_back(-1);  // batches only with requests that left it out too
+      continue;
+    }
     key.push_back(static_cast<int64_t>(input.shape.size()));  // keeps inputs' dims apart
     if (padding.pads_input(i)) continue;  // any lengths batch together: padded at assembly
     for (size_t d = 1; d < input.shape.size(); ++d) key.push_back(input.shape[d]);

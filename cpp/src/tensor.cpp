@@ -60,6 +60,12 @@ bool bytes_element_offsets(const std::byte* data, size_t size, std::vector<size_
 }
 
 Status validate_tensor(const Tensor& tensor) {
+  if (tensor.absent) {
+    if (!tensor.shape.empty() || tensor.byte_size != 0) {
+      return Status::Error(StatusCode::kInvalidArgument, "an absent tensor has a shape or data");
+    }
+    return Status::Ok();
+  }
   const int64_t count = element_count(tensor.shape);
   if (count < 0) return Status::Error(StatusCode::kInvalidArgument, "tensor shape has a negative or too large dimension");
   if (tensor.byte_size > 0 && tensor.data == nullptr) {

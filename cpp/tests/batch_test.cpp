@@ -40,6 +40,19 @@ TEST_F(Batch, OneRequestPassesThroughWithoutCopy) {
   EXPECT_EQ(inputs[0].data, batch[0]->inputs[0].data);
 }
 
+TEST_F(Batch, AnInputAbsentFromEveryRequestStaysAbsent) {
+  RequestBatch batch;
+  batch.push_back(request_with_rows(1, 0));
+  batch.push_back(request_with_rows(2, 100));
+  for (auto& r : batch) r->inputs.push_back(Tensor::Absent(DataType::kInt64));
+  auto inputs = gather_inputs(batch, &pool, no_padding);
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(inputs[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(inputs[1].absent);
+  EXPECT_EQ(inputs[1].dtype, DataType::kInt64);
+  EXPECT_TRUE(validate_tensor(inputs[1]).ok());
+}
+
 TEST_F(Batch, GatherConcatenatesAlongDimZeroAndScatterSplitsBack) {
   RequestBatch batch;
   batch.push_back(request_with_rows(1, 0));

@@ -271,11 +271,20 @@ TEST(DynamicBatcher, ManyProducersAndConsumersHandOutEachRequestOnce) {
   EXPECT_EQ(total, static_cast<size_t>(kProducers * kEach));
 }
 
-}  // namespace
-}  // namespace inferd
-
-namespace inferd {
-namespace {
+TEST(DynamicBatcher, RequestsLeavingAnOptionalInputOutBatchApart) {
+  DynamicBatcher batcher(dynamic(8));
+  auto with_optional = [](uint64_t token, bool given) {
+    auto r = request(token);
+    r->inputs.push_back(given ? Tensor{DataType::kFp32, {1, 4}, nullptr, 0, nullptr} : Tensor::Absent(DataType::kFp32));
+    return r;
+  };
+  ASSERT_TRUE(batcher.enqueue(with_optional(1, true)).ok());
+  ASSERT_TRUE(batcher.enqueue(with_optional(2, false)).ok());
+  ASSERT_TRUE(batcher.enqueue(with_optional(3, true)).ok());
+  ASSERT_TRUE(batcher.enqueue(with_optional(4, false)).ok());
+  EXPECT_EQ(tokens(next(batcher)), (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(tokens(next(batcher)), (std::vector<uint64_t>{2, 4}));
+}
 
 TEST(DynamicBatcher, PaddedInputsOfDifferentLengthsShareABatch) {
   BatcherOptions o = dynamic(8);

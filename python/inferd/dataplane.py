@@ -46,6 +46,12 @@ class DataPlane:
         ]
         return InferResponse(model.name, str(model.version), request.id, outputs)
 
+    def metadata(self, name: str, version: str) -> tuple[LoadedModel, list[int]]:
+        """The version asked for (default: the highest ready) and the versions to report: that
+        one when the request names it, else every ready version (as Triton answers)."""
+        model = self.registry.get(name, version)
+        return model, [model.version] if version else self.registry.ready_versions(name)
+
     def statistics(self, name: str, version: str) -> list[tuple[LoadedModel, dict[str, Any]]]:
         """Each loaded version's statistics: one model (and version) or, with no name, all."""
         models = [self.registry.get(name, version)] if name else self.registry.loaded()
@@ -88,23 +94,28 @@ def _core_inputs(model: LoadedModel, given: list[Tensor]) -> tuple[list[CoreTens
         raise InvalidArgument(
             f"model {model.name!r} has no input(s) {unexpected}; its inputs are {sorted(expected)}"
         )
-    batch_size = 1
+    batch_size: int | None = None
+    first = ""
     core: list[CoreTensor] = []
-    for index, spec in enumerate(model.inputs):
+    for spec in model.inputs:
         found = by_name.get(spec.name)
         if found is None:
+            if spec.optional:
+                core.append((spec.datatype.config_type, (), None))  # the core: absent
+                continue
             raise InvalidArgument(f"model {model.name!r} needs input {spec.name!r}, it is missing")
         rows = _check_input(model, spec, found)
-        if index == 0:
-            batch_size = rows
+        if batch_size is None:
+            batch_size, first = rows, spec.name
         elif rows != batch_size:
             raise InvalidArgument(
-                f"input {spec.name!r} has batch size {rows}, "
-                f"input {model.inputs[0].name!r} has {batch_size}"
+                f"input {spec.name!r} has batch size {rows}, input {first!r} has {batch_size}"
             )
         core.append(
             (spec.datatype.config_type, _reshaped(model, found.shape, spec.reshape), found.data)
         )
+    if batch_size is None:
+        raise InvalidArgument(f"model {model.name!r}: a request must give at least one input")
     return core, batch_size
 
 

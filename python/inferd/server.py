@@ -110,7 +110,8 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         mode = ControlMode(settings.model_control_mode)
     except ValueError:
         raise ValueError(
-            f"--model-control-mode must be none or explicit, not {settings.model_control_mode!r}"
+            "--model-control-mode must be none, explicit or poll, "
+            f"not {settings.model_control_mode!r}"
         ) from None
     control = ModelControl(registry, repository, mode)
     startup = control.startup_models(

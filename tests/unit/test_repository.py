@@ -96,7 +96,7 @@ def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('name: "other"', "names the model 'other'"),
-        ('platform: "tensorrt_plan"', "platform 'tensorrt_plan' is not supported"),
+        ('platform: "tensorrt_plan"', "platform 'tensorrt_plan' .* needs the native TensorRT"),
         (
             'max_batch_size: 8 input [{ name: "NOPE" data_type: TYPE_INT32 dims: [16] }]',
             "input 'NOPE'.*no such input",
@@ -116,7 +116,38 @@ def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
             r"needs inputs \['INPUT1'\]",
         ),
         ("max_batch_size: 8 bogus_field: 1", "bogus_field"),
-        ("max_batch_size: 8 instance_group [{ kind: KIND_GPU }]", "KIND_GPU"),
+        (
+            'max_batch_size: 8 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] },'
+            ' { name: "INPUT1" data_type: TYPE_INT32 dims: [16] optional: true }]',
+            "input 'INPUT1': config.pbtxt makes it optional, the ONNX model requires it",
+        ),
+        (
+            "max_batch_size: 8 optimization { execution_accelerators {"
+            ' cpu_execution_accelerator [{ name: "openvino" }] } }',
+            "cpu_execution_accelerator 'openvino' is not available",
+        ),
+        (
+            "max_batch_size: 8 optimization { execution_accelerators {"
+            ' gpu_execution_accelerator [{ name: "tensorrt" }] } }',
+            "'tensorrt' needs a KIND_GPU instance_group",
+        ),
+        (
+            "max_batch_size: 8 optimization { execution_accelerators {"
+            ' gpu_execution_accelerator [{ name: "tensorrt"'
+            ' parameters { key: "precision_mode" value: "INT4" } }] } }',
+            "precision_mode 'INT4' is not FP32/FP16",
+        ),
+        (
+            "max_batch_size: 8 optimization { execution_accelerators {"
+            ' gpu_execution_accelerator [{ name: "tensorrt"'
+            ' parameters { key: "bogus" value: "1" } }] } }',
+            r"unknown parameter\(s\) \['bogus'\]",
+        ),
+        (
+            "max_batch_size: 8 optimization { execution_accelerators {"
+            ' gpu_execution_accelerator [{ name: "migraphx" }] } }',
+            "'migraphx' is not known",
+        ),
     ],
 )
 def test_config_mismatches_name_both_sides(repo: Path, text: str, message: str) -> None:
@@ -234,14 +265,13 @@ SIMPLE_IO = (
     ("extra", "named"),
     [
         ('model_operations { op_library_filename: ["ops.so"] }', "model_operations"),
-        (
-            "optimization { execution_accelerators {"
-            ' gpu_execution_accelerator [{ name: "tensorrt" }] } }',
-            "optimization",
-        ),
+        ("optimization { graph { level: 1 } }", "optimization.graph"),
         ("response_cache { enable: true }", "response_cache"),
-        ("instance_group [{ count: 1 kind: KIND_CPU gpus: [0] }]", "instance_group.gpus"),
-        (SIMPLE_IO.replace("OPTIONAL", "optional: true"), "input.optional"),
+        (
+            'instance_group [{ count: 1 kind: KIND_CPU host_policy: "numa0" }]',
+            "instance_group.host_policy",
+        ),
+        (SIMPLE_IO.replace("OPTIONAL", "allow_ragged_batch: true"), "input.allow_ragged_batch"),
         ("model_transaction_policy { decoupled: true }", "model_transaction_policy"),
     ],
 )

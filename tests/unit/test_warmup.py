@@ -10,7 +10,7 @@ import pytest
 from inferd.errors import ModelLoadError
 from inferd.examples import make_examples, write_identity_model
 from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions
-from inferd.models.warmup import warm_up, warmup_samples
+from inferd.models.warmup import WarmupSample, warm_up, warmup_samples
 from inferd.repository import load_model_config
 
 FILE_INPUT = (
@@ -110,3 +110,17 @@ def test_bad_samples_fail_the_load_with_a_reason(tmp_path: Path, sample: str, me
     config = configured(tmp_path / "m", f'model_warmup [{{ name: "w" batch_size: 1 {sample} }}]')
     with pytest.raises(ModelLoadError, match=message):
         warmup_samples(config, tmp_path / "m")
+
+
+class _FailingExecutor:
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        raise RuntimeError("the library's own error type")
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_executor_error_during_warm_up_is_a_failed_load_not_a_crash(tmp_path: Path) -> None:
+    samples = [WarmupSample("s", 1, [np.zeros((1, 4), dtype=np.float32)])]
+    with pytest.raises(ModelLoadError, match="warm-up sample 's': the library's own error"):
+        warm_up([_FailingExecutor()], samples, "m")

@@ -17,7 +17,8 @@ using RequestBatch = std::vector<std::unique_ptr<InferenceRequest>>;
 // the longest of the batch in every non-batch dim. A batch of one request is passed through
 // without a copy.
 // Precondition: every request has the same inputs with equal dtypes and equal non-batch dims,
-// except padded inputs, which have equal ranks (the batcher only batches such requests).
+// except padded inputs, which have equal ranks, and absent inputs, absent in every request (the
+// batcher only batches such requests). An absent input stays absent in the batch.
 // Thread-safe (reads its arguments only). Throws std::bad_alloc.
 std::vector<Tensor> gather_inputs(const RequestBatch& batch, PinnedBufferPool* pool, const Padding& padding);
 

@@ -16,6 +16,8 @@ class CudaRuntime {
 
   // True when libcudart loaded and reports at least one device.
   bool available() const { return host_alloc_ != nullptr; }
+  // CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies); 0 when unavailable.
+  int device_count() const { return device_count_; }
   // Which library was used, or why none could be.
   const std::string& description() const { return description_; }
 
@@ -31,6 +33,7 @@ class CudaRuntime {
   using FreeHostFn = int (*)(void*);
   HostAllocFn host_alloc_ = nullptr;
   FreeHostFn free_host_ = nullptr;
+  int device_count_ = 0;
   std::string description_;
 };
 

@@ -39,12 +39,22 @@ int64_t element_count(const std::vector<int64_t>& shape);
 // A read-only, row-major, contiguous tensor: a view of `byte_size` bytes at `data`, kept alive by
 // `owner` (a host buffer of the core, or an object of the caller's language whose deleter knows how
 // to release it). Copying a Tensor copies the view and shares the owner; it never copies data.
+// An `absent` tensor stands for an optional input the request left out: no shape, no data; it
+// batches only with other requests that left the same input out.
 struct Tensor {
   DataType dtype = DataType::kFp32;
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;
   size_t byte_size = 0;
   std::shared_ptr<const void> owner;
+  bool absent = false;
+
+  static Tensor Absent(DataType dtype) {
+    Tensor t;
+    t.dtype = dtype;
+    t.absent = true;
+    return t;
+  }
 };
 
 // Checks that the bytes match the shape: size for fixed-width types; for kBytes, that the buffer

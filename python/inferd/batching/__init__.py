@@ -1,6 +1,13 @@
 """The bridge to the C++ core (``inferd._core``): the only package that imports it."""
 
-from inferd.batching.core import CompletionDispatcher, CoreTensor, HostBufferPool, ModelScheduler
+from inferd.batching.core import (
+    CompletionDispatcher,
+    CoreTensor,
+    HostBufferPool,
+    ModelScheduler,
+    cuda_device_count,
+    cuda_runtime_description,
+)
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -11,4 +18,6 @@ __all__ = [
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
+    "cuda_device_count",
+    "cuda_runtime_description",
 ]

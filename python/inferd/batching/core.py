@@ -80,6 +80,16 @@ class CompletionDispatcher:
                 future.set_exception(error_for_code(code, message))
 
 
+def cuda_device_count() -> int:
+    """CUDA devices the core's run-time libcudart sees; 0 without CUDA."""
+    return _core.cuda_device_count()
+
+
+def cuda_runtime_description() -> str:
+    """Which CUDA runtime the core found, or why none."""
+    return _core.cuda_runtime_description()
+
+
 class HostBufferPool:
     """The server's pool of (pinned when CUDA is there) buffers that batches are assembled in."""
 
@@ -92,7 +102,7 @@ class HostBufferPool:
     @staticmethod
     def cuda_runtime() -> str:
         """Which CUDA runtime the core found, or why none (then buffers are page-aligned only)."""
-        return _core.cuda_runtime_description()
+        return cuda_runtime_description()
 
 
 def _core_queue_policy(policy: QueuePolicy) -> Any:

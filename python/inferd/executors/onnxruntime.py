@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidArgument, ModelLoadError
+from inferd.repository.instances import GpuAccelerator, InstancePlacement
 
 _BF16_ONNX_TYPE = 16  # onnx.TensorProto.BFLOAT16
 
@@ -53,8 +54,51 @@ def default_intra_op_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
+ProviderList = list[tuple[str, dict[str, str]]]
+
+
+def onnxruntime_providers(
+    placement: InstancePlacement,
+    accelerator: GpuAccelerator | None,
+    available: list[str],
+) -> ProviderList:
+    """ONNX Runtime's execution providers, with options, for one instance: the CPU provider, or
+    CUDA on the instance's device, behind TensorRT when the config asks for it. ``available``:
+    what the installed onnxruntime offers; a provider it lacks fails the load by name."""
+    if not placement.on_gpu:
+        return [("CPUExecutionProvider", {})]
+    device = {"device_id": str(placement.device_id)}
+
+    def need(provider: str, why: str) -> None:
+        if provider not in available:
+            raise ModelLoadError(
+                f"instance {placement.group!r} on GPU {placement.device_id} needs {provider} "
+                f"for {why}; the installed onnxruntime offers {available} "
+                "(install the gpu extra: inferd[gpu])"
+            )
+
+    need("CUDAExecutionProvider", "KIND_GPU")
+    cuda = dict(device)
+    if accelerator is not None and accelerator.name == "cuda":
+        cuda.update(accelerator.parameters)
+    providers: ProviderList = [("CUDAExecutionProvider", cuda)]
+    if accelerator is not None and accelerator.name == "tensorrt":
+        need("TensorrtExecutionProvider", 'gpu_execution_accelerator "tensorrt"')
+        parameters = accelerator.parameters
+        tensorrt = dict(device)
+        tensorrt["trt_fp16_enable"] = str(parameters.get("precision_mode") == "FP16")
+        if "max_workspace_size_bytes" in parameters:
+            tensorrt["trt_max_workspace_size"] = parameters["max_workspace_size_bytes"]
+        if parameters.get("trt_engine_cache_enable", "false").lower() in ("true", "1"):
+            tensorrt["trt_engine_cache_enable"] = "True"
+            tensorrt["trt_engine_cache_path"] = parameters.get("trt_engine_cache_path", "")
+        providers.insert(0, ("TensorrtExecutionProvider", tensorrt))
+    return providers
+
+
 class OnnxRuntimeExecutor:
-    """Runs an ONNX model with ONNX Runtime's CPU provider. See ``inferd.executors.base.Executor``.
+    """Runs an ONNX model with ONNX Runtime: the CPU provider, or CUDA (and TensorRT) for an
+    instance placed on a GPU. See ``inferd.executors.base.Executor``.
 
     ONNX Runtime's Python API takes strings as ``str``, so BYTES inputs must be UTF-8 (anything
     else is INVALID_ARGUMENT rather than silently mangled); BF16 has no numpy dtype, so BF16
@@ -67,6 +111,9 @@ class OnnxRuntimeExecutor:
         input_names: list[str],
         output_names: list[str],
         options: OnnxRuntimeOptions,
+        *,
+        placement: InstancePlacement | None = None,
+        accelerator: GpuAccelerator | None = None,
     ) -> None:
         import onnxruntime as ort  # deferred: the GPU build installs a different package
 
@@ -77,9 +124,15 @@ class OnnxRuntimeExecutor:
         # and the core's workers need between batches.
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        providers = onnxruntime_providers(
+            placement or InstancePlacement("cpu"), accelerator, ort.get_available_providers()
+        )
         try:
             self._session = ort.InferenceSession(
-                str(model_path), sess_options=session_options, providers=["CPUExecutionProvider"]
+                str(model_path),
+                sess_options=session_options,
+                providers=[name for name, _ in providers],
+                provider_options=[provider_options for _, provider_options in providers],
             )
         except Exception as e:
             raise ModelLoadError(f"{model_path}: ONNX Runtime cannot load it: {e}") from e
@@ -87,7 +140,12 @@ class OnnxRuntimeExecutor:
         self._input_names = input_names
         self._output_names = output_names
         types = {
-            i.name: i.type for i in (*self._session.get_inputs(), *self._session.get_outputs())
+            i.name: i.type
+            for i in (
+                *self._session.get_inputs(),
+                *self._session.get_overridable_initializers(),  # optional inputs
+                *self._session.get_outputs(),
+            )
         }
         self._string_inputs = [types[n] == "tensor(string)" for n in input_names]
         self._bf16_inputs = [types[n] == "tensor(bfloat16)" for n in input_names]
@@ -95,17 +153,19 @@ class OnnxRuntimeExecutor:
             types[n] == "tensor(bfloat16)" for n in output_names
         )
 
-    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        # An optional input left out (None) is not fed: the model's initializer stands in.
         feeds = [
-            _utf8_strings(array, name) if is_string else array
-            for array, name, is_string in zip(
-                inputs, self._input_names, self._string_inputs, strict=True
+            (name, _utf8_strings(array, name) if is_string else array, is_bf16)
+            for array, name, is_string, is_bf16 in zip(
+                inputs, self._input_names, self._string_inputs, self._bf16_inputs, strict=True
             )
+            if array is not None
         ]
         if not self._uses_ortvalues:
             # session.run releases the GIL while it computes.
             outputs: list[np.ndarray] = self._session.run(
-                self._output_names, dict(zip(self._input_names, feeds, strict=True))
+                self._output_names, {name: array for name, array, _ in feeds}
             )
             return outputs
         values = {
@@ -114,9 +174,7 @@ class OnnxRuntimeExecutor:
                 if is_bf16
                 else self._ort.OrtValue.ortvalue_from_numpy(array)
             )
-            for name, array, is_bf16 in zip(
-                self._input_names, feeds, self._bf16_inputs, strict=True
-            )
+            for name, array, is_bf16 in feeds
         }
         results = self._session.run_with_ort_values(self._output_names, values)
         return [_to_numpy(value) for value in results]

@@ -13,12 +13,24 @@ from typing import Any
 
 import structlog
 
-from inferd.batching import CompletionDispatcher, HostBufferPool, ModelScheduler
+from inferd.batching import (
+    CompletionDispatcher,
+    HostBufferPool,
+    ModelScheduler,
+    cuda_device_count,
+    cuda_runtime_description,
+)
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.executors import Executor, OnnxRuntimeExecutor, OnnxRuntimeOptions
 from inferd.models.warmup import warm_up, warmup_samples
-from inferd.repository import ModelRepository, batching_policy, load_model_config
+from inferd.repository import (
+    ModelRepository,
+    batching_policy,
+    gpu_accelerator,
+    instance_placements,
+    load_model_config,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +52,7 @@ class TensorSpec:
     datatype: Datatype
     dims: tuple[int, ...]
     reshape: tuple[int, ...] | None = None  # the model's dims, when they differ from the API's
+    optional: bool = False  # an input a request may leave out
 
 
 @dataclass
@@ -73,6 +86,7 @@ def _specs(tensors: Any) -> list[TensorSpec]:
             BY_CONFIG_TYPE[t.data_type],
             tuple(t.dims),
             tuple(t.reshape.shape) if t.HasField("reshape") else None,
+            bool(getattr(t, "optional", False)),  # outputs have no such field
         )
         for t in tensors
     ]
@@ -207,6 +221,7 @@ class ModelRegistry:
             newest_file,
             default_max_batch_size=self._default_max_batch_size,
             override=override,
+            gpu_count=cuda_device_count(),
         )
         versions = _selected_versions(config, available)
         if not versions:
@@ -214,7 +229,15 @@ class ModelRegistry:
         built: dict[int, LoadedModel] = {}
         try:
             for version in versions:
-                built[version] = self._load_version(name, version, config)
+                try:
+                    built[version] = self._load_version(name, version, config)
+                except InferdError:
+                    raise
+                except Exception as e:  # a model file or library surprise: a failed load
+                    log.exception("unexpected error while loading", model=name, version=version)
+                    raise ModelLoadError(
+                        f"model {name!r} version {version}: {type(e).__name__}: {e}"
+                    ) from e
         except BaseException:
             for model in built.values():
                 model.scheduler.close_now()
@@ -227,15 +250,27 @@ class ModelRegistry:
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
-        count = sum(g.count for g in config.instance_group)
-        executors: list[Executor] = [
-            OnnxRuntimeExecutor(
-                model_file, [t.name for t in inputs], [t.name for t in outputs], options
-            )
-            for _ in range(count)
-        ]
-        # Before the version is ready: every instance runs the config's warm-up samples.
-        warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
+        placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
+        accelerator = gpu_accelerator(config)
+        executors: list[Executor] = []
+        try:
+            for placement in placements:
+                executors.append(
+                    OnnxRuntimeExecutor(
+                        model_file,
+                        [t.name for t in inputs],
+                        [t.name for t in outputs],
+                        options,
+                        placement=placement,
+                        accelerator=accelerator,
+                    )
+                )
+            # Before the version is ready: every instance runs the config's warm-up samples.
+            warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
+        except BaseException:
+            for executor in executors:
+                executor.close()
+            raise
         scheduler = ModelScheduler(
             self._dispatcher,
             self._pool,

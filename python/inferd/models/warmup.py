@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
-from inferd.errors import InferdError, ModelLoadError
+from inferd.errors import ModelLoadError
 from inferd.executors import Executor
 
 WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as in Triton
@@ -20,7 +20,7 @@ WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as 
 class WarmupSample:
     name: str
     count: int
-    inputs: list[np.ndarray]  # in the config's input order, as an executor takes them
+    inputs: list[np.ndarray | None]  # the config's input order; None: optional, left out
 
 
 def _array(
@@ -67,8 +67,11 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
         unknown = sorted(set(sample.inputs) - {t.name for t in config.input})
         if unknown:
             raise ModelLoadError(f"{where}: the model has no input(s) {unknown}")
-        arrays: list[np.ndarray] = []
+        arrays: list[np.ndarray | None] = []
         for tensor in config.input:
+            if tensor.name not in sample.inputs and tensor.optional:
+                arrays.append(None)
+                continue
             if tensor.name not in sample.inputs:
                 raise ModelLoadError(f"{where}: no data for input {tensor.name!r}")
             source = sample.inputs[tensor.name]
@@ -90,11 +93,19 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
                     f"do not fit {list(tensor.dims)}"
                 )
             shape = ((rows,) if batched else ()) + dims
-            arrays.append(
-                _array(datatype, shape, source, model_dir, f"{where} input {tensor.name!r}")
-            )
+            array = _array(datatype, shape, source, model_dir, f"{where} input {tensor.name!r}")
+            if tensor.HasField("reshape"):
+                # The model sees reshape.shape (its -1, if any, takes what dims leave).
+                array = array.reshape(shape[: len(shape) - len(dims)] + _model_dims(tensor, dims))
+            arrays.append(array)
         samples.append(WarmupSample(sample.name, max(1, int(sample.count)), arrays))
     return samples
+
+
+def _model_dims(tensor: Any, dims: tuple[int, ...]) -> tuple[int, ...]:
+    count = int(np.prod(dims, dtype=np.int64))
+    known = int(np.prod([d for d in tensor.reshape.shape if d != -1], dtype=np.int64))
+    return tuple(count // known if d == -1 else int(d) for d in tensor.reshape.shape)
 
 
 def warm_up(executors: list[Executor], samples: list[WarmupSample], model: str) -> None:
@@ -104,7 +115,7 @@ def warm_up(executors: list[Executor], samples: list[WarmupSample], model: str) 
             for _ in range(sample.count):
                 try:
                     executor.execute(list(sample.inputs))
-                except InferdError as e:
+                except Exception as e:  # the executor's own errors too: a failed load, no crash
                     raise ModelLoadError(
                         f"model {model!r} warm-up sample {sample.name!r}: {e}"
                     ) from e

@@ -6,12 +6,22 @@ from inferd.repository.config import (
     load_model_config,
     parse_config_json,
 )
+from inferd.repository.instances import (
+    GpuAccelerator,
+    InstancePlacement,
+    gpu_accelerator,
+    instance_placements,
+)
 from inferd.repository.layout import ModelRepository
 
 __all__ = [
+    "GpuAccelerator",
+    "InstancePlacement",
     "ModelConfig",
     "ModelRepository",
     "batching_policy",
+    "gpu_accelerator",
+    "instance_placements",
     "load_model_config",
     "parse_config_json",
 ]

@@ -18,24 +18,30 @@ import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE, BY_ONNX_TYPE, Datatype
 from inferd.errors import ModelLoadError
+from inferd.repository.instances import gpu_accelerator, resolve_auto_kind
 
 ModelConfig = model_config_pb2.ModelConfig
 
 ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
+TENSORRT_PLATFORM = "tensorrt_plan"
+TENSORRT_BACKEND = "tensorrt"
 
 
 @dataclass(frozen=True)
 class ModelTensor:
-    """A tensor as the ONNX model declares it: full shape, -1 for a symbolic or unknown dim."""
+    """A tensor as the ONNX model declares it: full shape, -1 for a symbolic or unknown dim.
+    ``has_default``: an input backed by an initializer, which a request may leave out."""
 
     name: str
     datatype: Datatype
     shape: tuple[int, ...]
+    has_default: bool = False
 
 
 def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor]]:
-    """The graph's real inputs (initializers excluded) and outputs, without loading weights."""
+    """The graph's inputs and outputs, without loading weights. Inputs that are also
+    initializers (overridable weights, IR version 4 and later) are marked ``has_default``."""
     import onnx  # deferred: only loading a model needs it
 
     try:
@@ -44,7 +50,7 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
         raise ModelLoadError(f"{path}: not a readable ONNX model: {e}") from e
     initializers = {init.name for init in model.graph.initializer}
 
-    def tensor(value_info: Any) -> ModelTensor:
+    def tensor(value_info: Any, has_default: bool = False) -> ModelTensor:
         tensor_type = value_info.type.tensor_type
         datatype = BY_ONNX_TYPE.get(tensor_type.elem_type)
         if datatype is None:
@@ -53,9 +59,14 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
                 f"{tensor_type.elem_type}, which the protocol cannot carry"
             )
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
-        return ModelTensor(value_info.name, datatype, dims)
+        return ModelTensor(value_info.name, datatype, dims, has_default)
 
-    inputs = [tensor(v) for v in model.graph.input if v.name not in initializers]
+    overridable = model.ir_version >= 4
+    inputs = [
+        tensor(v, has_default=v.name in initializers)
+        for v in model.graph.input
+        if overridable or v.name not in initializers
+    ]
     outputs = [tensor(v) for v in model.graph.output]
     return inputs, outputs
 
@@ -87,9 +98,11 @@ def load_model_config(
     *,
     default_max_batch_size: int,
     override: Any | None = None,
+    gpu_count: int = 0,
 ) -> Any:
     """The completed, checked config of model ``name`` whose ONNX file is ``model_path``.
-    ``override``, a ModelConfig, replaces config.pbtxt (a load request's config)."""
+    ``override``, a ModelConfig, replaces config.pbtxt (a load request's config); ``gpu_count``,
+    the CUDA devices this process sees, decides where KIND_AUTO instances go."""
     if override is not None:
         config = ModelConfig()
         config.CopyFrom(override)
@@ -107,13 +120,25 @@ def load_model_config(
     _check_platform(config)
     inputs, outputs = read_onnx_signature(model_path)
     _complete(config, inputs, outputs, default_max_batch_size)
+    resolve_auto_kind(config, gpu_count)
+    gpu_accelerator(config)  # checked here so that every load path refuses a bad one
     _check_against_model(config, inputs, outputs)
     return config
 
 
 # What config.pbtxt may set: whole subtrees, and single fields (paths through repeated fields
 # name the field once: "input.dims"). Anything else with a value is refused at load, never ignored.
-_SUPPORTED_TREES = frozenset({"version_policy", "dynamic_batching", "parameters", "model_warmup"})
+_SUPPORTED_TREES = frozenset(
+    {
+        "version_policy",
+        "dynamic_batching",
+        "parameters",
+        "model_warmup",
+        "input.reshape",
+        "output.reshape",
+        "optimization.execution_accelerators",
+    }
+)
 _SUPPORTED_FIELDS = frozenset(
     {
         "name",
@@ -124,12 +149,14 @@ _SUPPORTED_FIELDS = frozenset(
         "input.name",
         "input.data_type",
         "input.dims",
+        "input.optional",
         "output.name",
         "output.data_type",
         "output.dims",
         "instance_group.name",
         "instance_group.count",
         "instance_group.kind",
+        "instance_group.gpus",
     }
 )
 
@@ -144,7 +171,9 @@ def _unsupported_paths(message: Any, prefix: str = "") -> list[str]:
         is_message = (
             field.message_type is not None and not field.message_type.GetOptions().map_entry
         )
-        has_supported_children = any(s.startswith(path + ".") for s in _SUPPORTED_FIELDS)
+        has_supported_children = any(
+            s.startswith(path + ".") for s in _SUPPORTED_FIELDS | _SUPPORTED_TREES
+        )
         if is_message and has_supported_children:
             children = value if field.is_repeated else [value]
             for child in children:
@@ -166,6 +195,14 @@ def _check_supported(config: Any) -> None:
 
 
 def _check_platform(config: Any) -> None:
+    if config.platform == TENSORRT_PLATFORM or config.backend == TENSORRT_BACKEND:
+        # Parsed and understood; the native TensorRT executor is the GPU build's (inferd[gpu]).
+        raise ModelLoadError(
+            f"model {config.name!r}: platform {TENSORRT_PLATFORM!r} (a serialized TensorRT "
+            "engine) needs the native TensorRT executor, which this server does not have; "
+            f"serve the ONNX model with platform {ONNX_PLATFORM!r} and "
+            'gpu_execution_accelerator [{ name: "tensorrt" }] instead'
+        )
     if config.platform and config.platform != ONNX_PLATFORM:
         raise ModelLoadError(
             f"model {config.name!r}: platform {config.platform!r} is not supported yet "
@@ -178,12 +215,6 @@ def _check_platform(config: Any) -> None:
         )
     config.platform = ONNX_PLATFORM
     config.backend = ONNX_BACKEND
-    for group in config.instance_group:
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU:
-            raise ModelLoadError(
-                f"model {config.name!r}: instance_group kind KIND_GPU needs the GPU build "
-                "(not available in this server)"
-            )
 
 
 def _batchable(tensors: list[ModelTensor]) -> bool:
@@ -202,7 +233,9 @@ def _complete(
         config.max_batch_size = default_max_batch_size
     skip = 1 if config.max_batch_size > 0 else 0
     if not config.input:
-        for t in inputs:
+        # Triton's completion lists the inputs a request must give; weights that a request may
+        # override stay out unless the config names them.
+        for t in (t for t in inputs if not t.has_default):
             config.input.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
     if not config.output:
         for t in outputs:
@@ -210,8 +243,6 @@ def _complete(
     if not config.instance_group:
         config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
     for group in config.instance_group:
-        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_AUTO:
-            group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU
         if group.count == 0:
             group.count = 1
 
@@ -238,6 +269,11 @@ def _check_against_model(
                 raise ModelLoadError(
                     f"{where}: config.pbtxt names it, the ONNX model has no such {kind} "
                     f"(it has {sorted(by_name)})"
+                )
+            if complete and tensor.optional and not model_tensor.has_default:
+                raise ModelLoadError(
+                    f"{where}: config.pbtxt makes it optional, the ONNX model requires it "
+                    "(only an input backed by an initializer can be left out)"
                 )
             configured = BY_CONFIG_TYPE.get(tensor.data_type)
             if configured is None:
@@ -268,7 +304,8 @@ def _check_against_model(
                     f"the ONNX model fixes it to {model_tensor.shape[0]}"
                 )
         if complete:
-            missing = sorted(set(by_name) - seen)
+            required = {t.name for t in declared if not t.has_default}
+            missing = sorted(required - seen)
             if missing:
                 raise ModelLoadError(
                     f"model {config.name!r}: the ONNX model needs {kind}s {missing}, "

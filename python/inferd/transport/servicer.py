@@ -55,8 +55,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        model = self._dataplane.registry.get(request.name, request.version)
-        versions = self._dataplane.registry.ready_versions(model.name)
+        model, versions = self._dataplane.metadata(request.name, request.version)
         return codec.encode_model_metadata(model, versions)
 
     @answers_errors
