@@ -91,6 +91,10 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
+    def records(self) -> list[dict[str, object]]:
+        """The server's JSON log records so far."""
+        return _records(self.log_path)
+
 
 @contextlib.contextmanager
 def running_server(

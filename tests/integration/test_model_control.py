@@ -157,6 +157,38 @@ def test_reloads_under_traffic_lose_no_request(
     assert traffic.answered > 10  # traffic really flowed across the reloads
 
 
+def freed_versions(server: ServerProcess, model: str) -> list[int]:
+    """Versions of ``model`` whose executors the server's log says it closed."""
+    return [
+        int(str(r["version"]))
+        for r in server.records()
+        if r.get("event") == "model version freed" and r.get("model") == model
+    ]
+
+
+def test_a_new_version_replaces_the_old_under_traffic(
+    triton: grpcclient.InferenceServerClient, explicit_server: ServerProcess
+) -> None:
+    model_dir = explicit_server.repository / "simple"
+    freed_before = freed_versions(explicit_server, "simple").count(1)
+    shutil.copytree(model_dir / "1", model_dir / "2")
+    try:
+        with SimpleTraffic(explicit_server.url, clients=4) as traffic:
+            time.sleep(0.2)
+            triton.load_model("simple")  # the policy (latest 1) now selects version 2
+            assert triton.get_model_metadata("simple").versions == ["2"]
+            assert not triton.is_model_ready("simple", "1")
+            time.sleep(0.2)
+        assert traffic.failures == []
+        assert traffic.answered > 10
+        # v1's executors were closed once it drained.
+        assert freed_versions(explicit_server, "simple").count(1) == freed_before + 1
+    finally:
+        shutil.rmtree(model_dir / "2")
+        triton.load_model("simple")
+    assert triton.get_model_metadata("simple").versions == ["1"]
+
+
 def test_a_failed_reload_leaves_the_old_version_serving(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -248,6 +280,25 @@ def batching_delay(client: grpcclient.InferenceServerClient) -> int | None:
     if not config.HasField("dynamic_batching"):
         return None
     return int(config.dynamic_batching.max_queue_delay_microseconds)
+
+
+def test_poll_picks_up_a_new_version_under_traffic(polled: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(polled.url)
+    model_dir = polled.repository / "simple"
+    freed_before = freed_versions(polled, "simple").count(1)
+    try:
+        with SimpleTraffic(polled.url, clients=3) as traffic:
+            time.sleep(0.2)
+            shutil.copytree(model_dir / "1", model_dir / "2")
+            wait_for(lambda: client.get_model_metadata("simple").versions == ["2"])
+            time.sleep(0.2)
+        assert traffic.failures == []
+        assert traffic.answered > 10
+        wait_for(lambda: freed_versions(polled, "simple").count(1) == freed_before + 1)
+    finally:
+        shutil.rmtree(model_dir / "2", ignore_errors=True)
+        wait_for(lambda: client.get_model_metadata("simple").versions == ["1"])
+        client.close()
 
 
 def test_poll_reloads_under_traffic_lose_no_request(polled: ServerProcess) -> None:

@@ -92,6 +92,15 @@ def _specs(tensors: Any) -> list[TensorSpec]:
     ]
 
 
+def _log_freed(model: LoadedModel) -> None:
+    log.info(
+        "model version freed",
+        model=model.name,
+        version=model.version,
+        executors_closed=len(model.scheduler.executors),
+    )
+
+
 def _selected_versions(config: Any, available: list[int]) -> list[int]:
     policy = config.version_policy
     choice = policy.WhichOneof("policy_choice")
@@ -165,8 +174,7 @@ class ModelRegistry:
             old = self._install(name, built)
             for model in old:
                 await model.scheduler.close()  # drains: its queued requests are still answered
-            if old:
-                log.info("model versions replaced", model=name, drained=len(old))
+                _log_freed(model)
 
     async def unload(self, name: str) -> None:
         """Stops admitting requests to ``name``, drains what it has queued, frees it."""
@@ -181,6 +189,7 @@ class ModelRegistry:
                 )
             for version, model in versions.items():
                 await model.scheduler.close()
+                _log_freed(model)
                 self._statuses[(name, str(version))] = ModelStatus(
                     name, str(version), ModelState.UNAVAILABLE, "unloaded"
                 )
