@@ -7,6 +7,19 @@
 namespace py = pybind11;
 
 namespace inferd::python {
+namespace {
+
+int64_t ns(Clock::time_point t) {
+  return t == Clock::time_point{} ? 0
+                                  : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+py::tuple timing_tuple(const RequestTiming& t) {
+  return py::make_tuple(ns(t.enqueued), ns(t.compute_start), ns(t.input_done), ns(t.infer_done), ns(t.compute_end),
+                        t.batch_id, t.batch_requests, t.batch_rows, t.instance);
+}
+
+}  // namespace
 
 void register_completion_queue(py::module_& m) {
   py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")
@@ -27,17 +40,22 @@ void register_completion_queue(py::module_& m) {
                 for (const Tensor& t : c.outputs) {
                   outputs.append(py::make_tuple(static_cast<int>(t.dtype), py::tuple(py::cast(t.shape)), array_view(t)));
                 }
-                out.append(py::make_tuple(c.token, static_cast<int>(c.status.code), c.status.message, outputs));
+                out.append(py::make_tuple(c.token, static_cast<int>(c.status.code), c.status.message, outputs,
+                                          timing_tuple(c.timing)));
               } catch (const std::exception& e) {
                 out.append(py::make_tuple(c.token, static_cast<int>(StatusCode::kInternal),
-                                          std::string("cannot return outputs: ") + e.what(), py::list()));
+                                          std::string("cannot return outputs: ") + e.what(), py::list(),
+                                          timing_tuple(c.timing)));
               }
             }
             // `done` dies here, with the GIL held: the requests' Python buffers are released on this
             // thread, not on a worker thread.
             return out;
           },
-          "Every waiting completion as (token, status code, message, [(datatype, shape, ndarray)]).");
+          "Every waiting completion as (token, status code, message, [(datatype, shape, ndarray)], timing): "
+          "timing = (enqueued, compute_start, input_done, infer_done, compute_end in steady-clock ns, 0 = "
+          "not reached; batch_id, batch_requests, batch_rows, instance).");
+  m.def("steady_clock_ns", [] { return ns(Clock::now()); }, "The core's clock, for converting its timings.");
 }
 
 }  // namespace inferd::python

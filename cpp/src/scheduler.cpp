@@ -23,8 +23,9 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       pool_(std::move(pool)),
       batcher_(options_.batching) {
   workers_.reserve(instances_.size());
-  for (auto& instance : instances_) {
-    workers_.emplace_back([this, executor = instance.get()] { run_instance(executor); });
+  for (size_t i = 0; i < instances_.size(); ++i) {
+    workers_.emplace_back(
+        [this, executor = instances_[i].get(), i] { run_instance(executor, static_cast<uint32_t>(i)); });
   }
 }
 
@@ -63,19 +64,20 @@ void Scheduler::shutdown(ShutdownMode mode) {
   workers_.clear();
 }
 
-void Scheduler::run_instance(Executor* executor) {
+void Scheduler::run_instance(Executor* executor, uint32_t instance) {
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   std::vector<Rejection> rejected;
   // next_batch returns false only once the batcher is closed and empty: nothing accepted is left.
   while (batcher_.next_batch(&batch, &rejected)) {
     for (auto& [request, status] : rejected) fail(std::move(request), status);
     rejected.clear();
-    if (!batch.empty()) execute_batch(executor, &batch);
+    if (!batch.empty()) execute_batch(executor, instance, &batch);
     batch.clear();
   }
 }
 
-void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch) {
+void Scheduler::execute_batch(Executor* executor, uint32_t instance,
+                              std::vector<std::unique_ptr<InferenceRequest>>* batch) {
   BatchTimeline timeline;
   timeline.start = Clock::now();
   Status status;
@@ -98,9 +100,20 @@ void Scheduler::execute_batch(Executor* executor, std::vector<std::unique_ptr<In
     return;
   }
   statistics_.record_batch(*batch, timeline);
+  RequestTiming timing;
+  timing.compute_start = timeline.start;
+  timing.input_done = timeline.input_done;
+  timing.infer_done = timeline.infer_done;
+  timing.compute_end = timeline.output_done;
+  timing.batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
+  timing.batch_requests = static_cast<uint32_t>(batch->size());
+  for (const auto& request : *batch) timing.batch_rows += request->batch_size;
+  timing.instance = instance;
   for (size_t i = 0; i < batch->size(); ++i) {
     Completion completion;
     completion.token = (*batch)[i]->token;
+    completion.timing = timing;
+    completion.timing.enqueued = (*batch)[i]->enqueue_time;
     completion.outputs = std::move(per_request[i]);
     const uint64_t sequence = (*batch)[i]->sequence;
     completion.request = std::move((*batch)[i]);
@@ -113,6 +126,7 @@ void Scheduler::fail(std::unique_ptr<InferenceRequest> request, const Status& st
   Completion completion;
   completion.token = request->token;
   completion.status = status;
+  completion.timing.enqueued = request->enqueue_time;
   const uint64_t sequence = request->sequence;
   completion.request = std::move(request);
   complete(std::move(completion), sequence);

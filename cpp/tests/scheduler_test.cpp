@@ -309,6 +309,35 @@ TEST(Scheduler, BatchesQueuedRequestsAndScattersEachAnswerBack) {
   EXPECT_GT(pool->stats().reuses, 0u);  // batch buffers came back to the pool
 }
 
+TEST(Scheduler, EachAnswerCarriesItsTimelineAndTheBatchItRodeIn) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<RecordingExecutor>(&rows, &mutex, std::chrono::milliseconds(20), false));
+  Scheduler scheduler(options("timed", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  constexpr int kRequests = 12;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  std::map<uint64_t, uint32_t> seen_in_batch;  // batch id -> answers that name it
+  for (auto& [token, c] : done) {
+    const RequestTiming& t = c.timing;
+    ASSERT_TRUE(c.status.ok());
+    EXPECT_NE(t.enqueued, Clock::time_point{});
+    EXPECT_LE(t.enqueued, t.compute_start);
+    EXPECT_LE(t.compute_start, t.input_done);
+    EXPECT_LE(t.input_done, t.infer_done);
+    EXPECT_GE(t.infer_done - t.input_done, std::chrono::milliseconds(20));  // the executor's sleep
+    EXPECT_LE(t.infer_done, t.compute_end);
+    EXPECT_GE(t.batch_id, 1u);
+    EXPECT_EQ(t.batch_rows, static_cast<int64_t>(t.batch_requests));  // one row each
+    EXPECT_EQ(t.instance, 0u);
+    ++seen_in_batch[t.batch_id];
+  }
+  for (auto& [token, c] : done) EXPECT_EQ(seen_in_batch[c.timing.batch_id], c.timing.batch_requests);
+  EXPECT_EQ(seen_in_batch.size(), scheduler.statistics().execution_count);
+}
+
 TEST(Scheduler, PreserveOrderingCompletesInEnqueueOrder) {
   auto queue = std::make_shared<CompletionQueue>();
   std::vector<int64_t> rows;

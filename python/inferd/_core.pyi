@@ -49,13 +49,22 @@ class PinnedBufferPool:
 
 def cuda_runtime_description() -> str: ...
 def cuda_device_count() -> int: ...
+def steady_clock_ns() -> int: ...
 
 class CompletionQueue:
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
     def drain(
         self,
-    ) -> list[tuple[int, int, str, list[tuple[int, tuple[int, ...], np.ndarray]]]]: ...
+    ) -> list[
+        tuple[
+            int,
+            int,
+            str,
+            list[tuple[int, tuple[int, ...], np.ndarray]],
+            tuple[int, int, int, int, int, int, int, int, int],
+        ]
+    ]: ...
 
 class Scheduler:
     def __init__(

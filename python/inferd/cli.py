@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inferd.observability.logging import LogControl, configure_logging
 from inferd.settings import ServerSettings, setting_fields
 
 
@@ -42,10 +43,10 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(**values)
 
 
-async def _serve(settings: ServerSettings) -> None:
+async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
     from inferd.server import create_server  # deferred: make-examples needs no server
 
-    server = await create_server(settings)
+    server = await create_server(settings, log_control=log_control)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -73,11 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {', '.join(names)} to {args.dir}")
         return 0
 
-    from inferd.observability.logging import configure_logging
-
     settings = _settings(args)
-    configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(_serve(settings))
+    log_control = configure_logging(settings.log_format, settings.log_level, settings.log_verbose)
+    asyncio.run(_serve(settings, log_control))
     return 0
 
 

@@ -10,6 +10,7 @@ from inferd.batching import CoreTensor
 from inferd.datatypes import count_bytes_elements
 from inferd.errors import InvalidArgument
 from inferd.models import LoadedModel, ModelRegistry, TensorSpec
+from inferd.observability.telemetry import RequestTelemetry
 from inferd.tensors import InferRequest, InferResponse, ParameterValue, Tensor
 
 
@@ -18,13 +19,20 @@ class DataPlane:
         self.registry = registry
 
     async def infer(
-        self, request: InferRequest, *, deadline_s: float | None = None
+        self,
+        request: InferRequest,
+        *,
+        deadline_s: float | None = None,
+        observed: RequestTelemetry | None = None,
     ) -> InferResponse:
-        """Runs ``request``. ``deadline_s``: seconds the caller will still wait, if it said."""
+        """Runs ``request``. ``deadline_s``: seconds the caller will still wait, if it said;
+        ``observed`` is told the version that answers and the core's timings."""
         model = self.registry.get(request.model_name, request.model_version)
+        if observed is not None:
+            observed.resolved(model.name, str(model.version))
         inputs, batch_size = _core_inputs(model, request.inputs)
         selected = _selected_outputs(model, request.outputs)
-        results = await model.scheduler.infer(
+        results, timing = await model.scheduler.infer(
             inputs,
             batch_size,
             # Past 2^32 - 1 no model has the level; the core answers INVALID_ARGUMENT for it.
@@ -32,6 +40,8 @@ class DataPlane:
             timeout_us=min(_non_negative(request.parameters, "timeout"), 2**64 - 1),
             deadline_s=deadline_s,
         )
+        if observed is not None:
+            observed.computed(timing)
         outputs = [
             Tensor(
                 model.outputs[i].name,

@@ -1,4 +1,5 @@
-"""The composition root: settings -> repository -> models and schedulers -> gRPC server.
+"""The composition root: settings -> repository -> models and schedulers -> gRPC server, with
+telemetry (traces, metrics, logs) and health around them.
 
 ``create_server`` builds a server and binds its port; ``start`` and ``stop`` run it. Tests and the
 CLI use the same path.
@@ -13,6 +14,7 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
+from opentelemetry.sdk.trace.export import SpanExporter
 
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
@@ -23,8 +25,13 @@ from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
 from inferd.models import ModelRegistry
 from inferd.models.control import ControlMode, ModelControl
+from inferd.observability.logging import LogControl
+from inferd.observability.metrics import InferenceMetrics, ModelCounters
+from inferd.observability.telemetry import Telemetry
+from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
+from inferd.transport.health import HealthReporter
 from inferd.transport.servicer import InferenceServicer, ServerState
 
 log = structlog.get_logger(__name__)
@@ -43,8 +50,10 @@ class InferenceServer:
     control: ModelControl
     dispatcher: CompletionDispatcher
     pool: HostBufferPool
-    health: health.aio.HealthServicer
+    health: HealthReporter
     state: ServerState
+    telemetry: Telemetry
+    metrics_port: int | None = None
     _poller: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -54,26 +63,29 @@ class InferenceServer:
             self._poller = asyncio.create_task(
                 self.control.poll_forever(self.settings.repository_poll_secs)
             )
-        # "" is the process (liveness: up and taking calls); the inference service is readiness:
-        # every model that should have loaded has, as ServerReady reports.
-        ready = self.registry.all_ready()
-        serving = health_pb2.HealthCheckResponse.SERVING
-        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
-        await self.health.set("", serving)
-        await self.health.set(SERVICE_NAME, serving if ready else not_serving)
-        log.info("server started", port=self.port, ready=ready, models=len(self.registry.loaded()))
+        await self.health.update()
+        self.health.start()
+        log.info(
+            "server started",
+            port=self.port,
+            metrics_port=self.metrics_port,
+            tracing=self.telemetry.tracer is not None,
+            ready=self.registry.all_ready(),
+            models=len(self.registry.loaded()),
+        )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains
         the models' queues and frees them."""
         grace = self.settings.exit_timeout_secs if grace is None else grace
         self.state.accepting = False
+        await self.health.shut_down()  # first: load balancers stop sending before the drain
         if self._poller is not None:
             self._poller.cancel()
-        await self.health.enter_graceful_shutdown()
         await self.grpc_server.stop(grace)
         await self.registry.close()
         self.dispatcher.close()
+        self.telemetry.close()
         # allocations stays at its warm-up count under steady traffic: batches reuse buffers.
         log.info("server stopped", batch_buffer_pool=self.pool.stats())
 
@@ -85,9 +97,25 @@ def _ort_defaults(settings: ServerSettings) -> OnnxRuntimeOptions:
     )
 
 
-async def create_server(settings: ServerSettings) -> InferenceServer:
-    """Loads the repository's models and binds the gRPC port. Must run on the loop that will
-    serve: the core's completions are delivered to it."""
+def _model_counters(registry: ModelRegistry) -> list[ModelCounters]:
+    return [
+        ModelCounters(
+            m.name, str(m.version), m.scheduler.statistics(), m.scheduler.pending_requests()
+        )
+        for m in registry.published()
+    ]
+
+
+async def create_server(
+    settings: ServerSettings,
+    *,
+    log_control: LogControl | None = None,
+    span_exporter: SpanExporter | None = None,
+) -> InferenceServer:
+    """Loads the repository's models and binds the gRPC and metrics ports. Must run on the loop
+    that will serve: the core's completions are delivered to it. ``log_control``: the one
+    ``configure_logging`` returned (default: a fresh one from the settings); ``span_exporter``
+    replaces OTLP and turns tracing on (tests)."""
     loop = asyncio.get_running_loop()
     dispatcher = CompletionDispatcher(loop)
     pool = HostBufferPool(settings.pinned_memory_pool_byte_size)
@@ -127,11 +155,21 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
     ]
     server = grpc.aio.server(options=options)
     state = ServerState()
+    metrics = (
+        None if settings.metrics_port < 0 else InferenceMetrics(lambda: _model_counters(registry))
+    )
+    telemetry = Telemetry(
+        log_control or LogControl(settings.log_level, settings.log_verbose, settings.log_format),
+        metrics,
+        create_tracer_provider(settings.trace_config, exporter=span_exporter),
+    )
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(DataPlane(registry), control, state), server
+        InferenceServicer(DataPlane(registry), control, state, telemetry), server
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reporter = HealthReporter(health_servicer, registry, state, SERVICE_NAME)
+    registry.add_listener(reporter.changed)
     # Reflection describes services from inferd's private descriptor pool (see inferd._proto),
     # which therefore also gets the health and reflection files.
     for module in (health_pb2, reflection_pb2):
@@ -147,6 +185,17 @@ async def create_server(settings: ServerSettings) -> InferenceServer:
         raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
     if settings.grpc_unix_socket:
         server.add_insecure_port(f"unix:{settings.grpc_unix_socket}")
+    metrics_port = None if metrics is None else metrics.serve(settings.host, settings.metrics_port)
     return InferenceServer(
-        settings, server, port, registry, control, dispatcher, pool, health_servicer, state
+        settings,
+        server,
+        port,
+        registry,
+        control,
+        dispatcher,
+        pool,
+        reporter,
+        state,
+        telemetry,
+        metrics_port,
     )

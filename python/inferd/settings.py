@@ -77,6 +77,22 @@ class ServerSettings:
         default="auto", metadata=_help("auto (console on a terminal, else JSON), json or console.")
     )
     log_level: str = field(default="info", metadata=_help("debug, info, warning or error."))
+    log_verbose: int = field(
+        default=0,
+        metadata=_help("1 or more: a log line for every request (LogSettings log_verbose_level)."),
+    )
+    metrics_port: int = field(
+        default=8002,
+        metadata=_help("Prometheus /metrics port on --host (0 picks a free one, -1 = off)."),
+    )
+    trace_config: str = field(
+        default="",
+        metadata=_help(
+            "Tracing: comma-separated endpoint=HOST:PORT (OTLP/gRPC), sampler=NAME, "
+            "sampler_arg=VALUE. Empty: the standard OTEL_* environment variables decide; "
+            "tracing is off unless they name an exporter or endpoint."
+        ),
+    )
 
 
 def setting_fields() -> list[dataclasses.Field[object]]:

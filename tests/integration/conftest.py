@@ -63,11 +63,11 @@ def _records(log_path: Path) -> list[dict[str, object]]:
     return records
 
 
-def _started_port(log_path: Path) -> int | None:
-    """The port of the "server started" record in the server's log, if it is there yet."""
+def _started_record(log_path: Path) -> dict[str, object] | None:
+    """The "server started" record in the server's log, if it is there yet."""
     for record in _records(log_path):
         if record.get("event") == "server started":
-            return int(str(record["port"]))
+            return record
     return None
 
 
@@ -86,6 +86,7 @@ class ServerProcess:
         self.repository = repository
         self.models = models
         self.url = ""
+        self.metrics_url = ""
         self.unix_socket = Path()
 
     def log(self) -> str:
@@ -121,6 +122,8 @@ def running_server(
         "json",
         "--grpc-unix-socket",
         str(workdir / "inferd.sock"),
+        "--metrics-port",
+        "0",  # a free port: test servers run side by side
         *extra_args,
     ]
     with log_path.open("wb") as log_file:
@@ -131,7 +134,7 @@ def running_server(
     running.unix_socket = workdir / "inferd.sock"
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
-        while (port := _started_port(log_path)) is None:
+        while (started := _started_record(log_path)) is None:
             if process.poll() is not None:
                 pytest.fail(
                     f"inferd exited with code {process.returncode} before it started:\n"
@@ -146,7 +149,9 @@ def running_server(
         process.kill()
         process.wait()
         raise
-    running.url = f"127.0.0.1:{port}"
+    running.url = f"127.0.0.1:{started['port']}"
+    if started.get("metrics_port") is not None:
+        running.metrics_url = f"http://127.0.0.1:{started['metrics_port']}/metrics"
 
     yield running
 

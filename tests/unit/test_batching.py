@@ -63,14 +63,19 @@ async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
     scheduler = make_scheduler(dispatcher, list(executors), max_batch_size=8)
     values = [np.full((1, 3), i, dtype=np.int32) for i in range(200)]
     results = await asyncio.gather(*(scheduler.infer([(INT32, v.shape, v)], 1) for v in values))
-    for value, outputs in zip(values, results, strict=True):
+    batches: dict[int, int] = {}
+    for value, (outputs, timing) in zip(values, results, strict=True):
         datatype, shape, array = outputs[0]
+        assert 0 < timing.enqueued <= timing.compute_start <= timing.compute_end
+        batches[timing.batch_id] = timing.batch_requests
         assert (datatype, shape) == (INT32, (1, 3))
         np.testing.assert_array_equal(array, value * 2)
         assert not array.flags.writeable  # a view of the executor's output, not a copy
     stats = scheduler.statistics()
     assert stats["inference_count"] == 200
     assert stats["success"]["count"] == 200
+    # Every answer names its batch; the batches' sizes add up to the requests.
+    assert len(batches) == stats["execution_count"] and sum(batches.values()) == 200
     await scheduler.close()
     assert all(e.closed for e in executors)
     assert sum(e.calls for e in executors) == 200
@@ -120,7 +125,7 @@ async def test_a_cancelled_caller_does_not_break_later_answers() -> None:
     first = asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1))
     await asyncio.sleep(0.01)
     first.cancel()
-    outputs = await scheduler.infer([(INT32, value.shape, value)], 1)
+    outputs, _ = await scheduler.infer([(INT32, value.shape, value)], 1)
     np.testing.assert_array_equal(outputs[0][2], value * 2)
     await scheduler.close()
     dispatcher.close()

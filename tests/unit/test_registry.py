@@ -49,7 +49,7 @@ async def test_reload_swaps_versions_and_closes_the_old_executors(repository: Pa
     await registry.load("simple")
     new = registry.get("simple")
     assert new is not old
-    outputs = await pending
+    outputs, _ = await pending
     np.testing.assert_array_equal(outputs[0][2], np.full((1, 16), 4, dtype=np.int32))
     assert all(not hasattr(e, "_session") for e in old.scheduler.executors)  # freed
     assert all(hasattr(e, "_session") for e in new.scheduler.executors)

@@ -30,6 +30,16 @@ struct InferenceRequest {
   std::vector<int64_t> shape_key;   // non-batch dims of every input: requests batch when equal
 };
 
+// How one request went through the core, on the steady clock (time_point{} = did not happen).
+// The batch fields say which batch it rode in: ids count up per scheduler from 1.
+struct RequestTiming {
+  Clock::time_point enqueued{}, compute_start{}, input_done{}, infer_done{}, compute_end{};
+  uint64_t batch_id = 0;
+  uint32_t batch_requests = 0;  // requests in the batch
+  int64_t batch_rows = 0;       // rows in the batch (sum of batch sizes)
+  uint32_t instance = 0;        // which executor instance ran it
+};
+
 // The answer to one request. `request` travels back with it so that the caller's buffers are
 // released on the caller's own thread (for Python, where the GIL is already held) rather than on
 // a core worker thread.
@@ -37,6 +47,7 @@ struct Completion {
   uint64_t token = 0;
   Status status;
   std::vector<Tensor> outputs;  // in the model's output order; empty on error
+  RequestTiming timing;
   std::unique_ptr<InferenceRequest> request;
 };
 

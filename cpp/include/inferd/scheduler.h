@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,8 +66,8 @@ class Scheduler {
   size_t instance_count() const { return instances_.size(); }
 
  private:
-  void run_instance(Executor* executor);
-  void execute_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);
+  void run_instance(Executor* executor, uint32_t instance);
+  void execute_batch(Executor* executor, uint32_t instance, std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
   void complete(Completion&& completion, uint64_t sequence);
 
@@ -76,6 +77,7 @@ class Scheduler {
   std::shared_ptr<PinnedBufferPool> pool_;
   DynamicBatcher batcher_;
   ModelStatistics statistics_;
+  std::atomic<uint64_t> next_batch_id_{1};
 
   std::mutex order_mutex_;                 // with preserve_ordering only
   uint64_t next_to_complete_ = 0;          // guarded by order_mutex_

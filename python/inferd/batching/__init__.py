@@ -2,7 +2,9 @@
 
 from inferd.batching.core import (
     CompletionDispatcher,
+    CoreResult,
     CoreTensor,
+    CoreTiming,
     HostBufferPool,
     ModelScheduler,
     cuda_device_count,
@@ -13,7 +15,9 @@ from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 __all__ = [
     "BatchingPolicy",
     "CompletionDispatcher",
+    "CoreResult",
     "CoreTensor",
+    "CoreTiming",
     "HostBufferPool",
     "ModelScheduler",
     "Padding",

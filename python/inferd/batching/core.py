@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,6 +24,40 @@ from inferd.executors.base import Executor
 CoreTensor = tuple[int, Sequence[int], Any]
 # What a computed request returns: (datatype code, shape, read-only array) per model output.
 CoreOutputs = list[tuple[int, tuple[int, ...], np.ndarray]]
+
+
+class CoreTiming(NamedTuple):
+    """How the core ran one request, in the core's steady-clock nanoseconds (0 = not reached),
+    and the batch it rode in. ``wall_ns`` converts a time for export (OpenTelemetry)."""
+
+    enqueued: int
+    compute_start: int
+    input_done: int
+    infer_done: int
+    compute_end: int
+    batch_id: int
+    batch_requests: int
+    batch_rows: int
+    instance: int
+
+    @staticmethod
+    def wall_ns(steady_ns: int) -> int:
+        return steady_ns + _WALL_MINUS_STEADY_NS
+
+    @staticmethod
+    def now_ns() -> int:
+        """The core's clock now."""
+        return _core.steady_clock_ns()
+
+
+# The core's steady clock and the wall clock, read back to back once: spans are exported in wall
+# time, and the two clocks do not drift apart enough within a process's life to matter.
+_WALL_MINUS_STEADY_NS = time.time_ns() - _core.steady_clock_ns()
+
+
+class CoreResult(NamedTuple):
+    outputs: CoreOutputs
+    timing: CoreTiming
 
 
 def check_status_codes() -> None:
@@ -46,7 +81,7 @@ class CompletionDispatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._queue = _core.CompletionQueue()
-        self._futures: dict[int, asyncio.Future[CoreOutputs]] = {}
+        self._futures: dict[int, asyncio.Future[CoreResult]] = {}
         self._tokens = itertools.count(1)
         loop.add_reader(self._queue.fileno(), self._drain)
 
@@ -54,7 +89,7 @@ class CompletionDispatcher:
     def queue(self) -> _core.CompletionQueue:
         return self._queue
 
-    def expect(self) -> tuple[int, asyncio.Future[CoreOutputs]]:
+    def expect(self) -> tuple[int, asyncio.Future[CoreResult]]:
         """A fresh token and the future its completion will resolve."""
         token = next(self._tokens)
         future = self._loop.create_future()
@@ -70,12 +105,12 @@ class CompletionDispatcher:
         self._drain()
 
     def _drain(self) -> None:
-        for token, code, message, outputs in self._queue.drain():
+        for token, code, message, outputs, timing in self._queue.drain():
             future = self._futures.pop(token, None)
             if future is None or future.done():
                 continue  # the caller went away (cancelled); its answer has nowhere to go
             if code == 0:
-                future.set_result(outputs)
+                future.set_result(CoreResult(outputs, CoreTiming(*timing)))
             else:
                 future.set_exception(error_for_code(code, message))
 
@@ -168,8 +203,9 @@ class ModelScheduler:
         priority: int = 0,
         timeout_us: int = 0,
         deadline_s: float | None = None,
-    ) -> CoreOutputs:
-        """Computes one request: inputs in model order; returns every output in model order.
+    ) -> CoreResult:
+        """Computes one request: inputs in model order; returns every output in model order and
+        how the core ran it.
 
         ``priority`` 0 is the model's default level; ``timeout_us`` asks for a shorter queue
         timeout (honoured when the policy allows overrides); ``deadline_s``, the seconds the
@@ -193,6 +229,10 @@ class ModelScheduler:
     @property
     def executors(self) -> list[Executor]:
         return list(self._executors)
+
+    def pending_requests(self) -> int:
+        """Requests waiting in the queue now (not yet in a batch)."""
+        return self._core.pending_requests()
 
     def statistics(self) -> dict[str, Any]:
         stats: dict[str, Any] = self._core.statistics()

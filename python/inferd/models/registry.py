@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,22 @@ class ModelRegistry:
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
         self._locks: dict[str, asyncio.Lock] = {}
+        # What other threads (the metrics endpoint) may read: replaced whole, never mutated.
+        self._published: tuple[LoadedModel, ...] = ()
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """``listener`` is called (on the loop's thread) after every change of what serves."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self._published = tuple(self.loaded())
+        for listener in self._listeners:
+            listener()
+
+    def published(self) -> tuple[LoadedModel, ...]:
+        """The loaded versions, as last published; safe to call from any thread."""
+        return self._published
 
     def load_all(self, names: list[str] | None = None) -> None:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
@@ -151,6 +168,7 @@ class ModelRegistry:
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
+        self._changed()
 
     async def load(self, name: str, override: Any | None = None) -> None:
         """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt)."""
@@ -170,6 +188,7 @@ class ModelRegistry:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)
                     )
+                self._changed()
                 raise
             old = self._install(name, built)
             for model in old:
@@ -187,6 +206,7 @@ class ModelRegistry:
                 self._statuses[(name, str(version))] = ModelStatus(
                     name, str(version), ModelState.UNLOADING
                 )
+            self._changed()  # admits nothing new from here on
             for version, model in versions.items():
                 await model.scheduler.close()
                 _log_freed(model)
@@ -195,6 +215,7 @@ class ModelRegistry:
                 )
             self._statuses.pop((name, ""), None)
             log.info("model unloaded", model=name, versions=sorted(versions))
+            self._changed()
 
     def _install(self, name: str, built: dict[int, LoadedModel]) -> list[LoadedModel]:
         """Makes ``built`` the served versions of ``name``; returns the versions it replaced.
@@ -213,6 +234,7 @@ class ModelRegistry:
                 dynamic_batching=model.scheduler.policy.dynamic,
                 instances=len(model.scheduler.executors),
             )
+        self._changed()
         return old
 
     def _build(self, name: str, override: Any | None) -> dict[int, LoadedModel]:
@@ -318,6 +340,14 @@ class ModelRegistry:
     def ready_versions(self, name: str) -> list[int]:
         return sorted(self._models.get(name, {}))
 
+    def ready_models(self) -> list[str]:
+        """Names of the models with at least one ready version."""
+        return [name for name, versions in self._models.items() if versions]
+
+    def known_models(self) -> list[str]:
+        """Every model the registry has a state for: loaded, loading, failed or unloaded."""
+        return sorted({*self._models, *(name for name, _ in self._statuses)})
+
     def loaded(self) -> list[LoadedModel]:
         return [m for versions in self._models.values() for m in versions.values()]
 
@@ -344,3 +374,4 @@ class ModelRegistry:
                 model.name, str(model.version), ModelState.UNAVAILABLE, "unloaded"
             )
         self._models.clear()
+        self._changed()

@@ -1,30 +1,134 @@
-"""structlog set-up: JSON lines by default, readable console output on a terminal."""
+"""structlog set-up: JSON lines by default, readable console output on a terminal.
+
+Every record made while a request's span is current carries its ``trace_id`` and ``span_id``.
+The level and the per-request lines (``verbose``) can change at run time through ``LogControl``
+(the ``LogSettings`` RPC), which is why filtering is a processor and not a bound-logger class.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
+from opentelemetry import trace
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
-def configure_logging(log_format: str = "auto", level: str = "info") -> None:
-    numeric = logging.getLevelNamesMapping().get(level.upper())
-    if numeric is None:
-        raise ValueError(f"unknown log level {level!r}")
+@dataclass
+class LogControl:
+    """What is logged now: records below ``level`` are dropped; ``verbose`` > 0 adds a line for
+    every request. Owned by the server; changed on the event loop's thread."""
+
+    level: str = "info"
+    verbose: int = 0
+    log_format: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.set_level(self.level)
+
+    def set_level(self, level: str) -> None:
+        level = level.lower()
+        if level not in LEVELS:
+            raise ValueError(f"unknown log level {level!r} (one of {', '.join(LEVELS)})")
+        self.level = level
+        self._minimum = logging.getLevelNamesMapping()[level.upper()]
+
+    def admits(self, method: str) -> bool:
+        return logging.getLevelNamesMapping().get(method.upper(), logging.INFO) >= self._minimum
+
+
+def _drop_below(control: LogControl) -> structlog.typing.Processor:
+    def processor(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
+        if not control.admits(method):
+            raise structlog.DropEvent
+        return event
+
+    return processor
+
+
+def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event.setdefault("trace_id", format(context.trace_id, "032x"))
+        event.setdefault("span_id", format(context.span_id, "016x"))
+    return event
+
+
+def configure_logging(
+    log_format: str = "auto", level: str = "info", verbose: int = 0
+) -> LogControl:
+    control = LogControl(level, verbose, log_format)
     use_console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
     structlog.configure(
         processors=[
+            _drop_below(control),
             structlog.contextvars.merge_contextvars,
+            _add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    return control
+
+
+LogSettingValue = bool | int | str
+
+
+def apply_log_settings(
+    control: LogControl, changes: dict[str, LogSettingValue]
+) -> dict[str, LogSettingValue]:
+    """Applies Triton's ``LogSettings`` keys and returns every setting as it now is.
+
+    ``log_info`` / ``log_warning`` / ``log_error`` (bool) set the threshold to the lowest level
+    left on (a threshold, not independent switches: all off keeps only critical records);
+    ``log_verbose_level`` (uint) > 0 logs every request. ``log_file`` and ``log_format`` are
+    fixed at start (stderr, ``--log-format``): asking to change them is an error."""
+    from inferd.errors import InvalidArgument
+
+    def expect(key: str, value: LogSettingValue, kind: type) -> None:
+        if type(value) is not kind:
+            raise InvalidArgument(f"log setting {key!r} takes a {kind.__name__} value")
+
+    level_switches = {"log_info": "info", "log_warning": "warning", "log_error": "error"}
+    current = {key: control.admits(level) for key, level in level_switches.items()}
+    verbose = control.verbose
+    for key, value in changes.items():
+        if key in level_switches:
+            expect(key, value, bool)
+            current[key] = bool(value)
+        elif key == "log_verbose_level":
+            expect(key, value, int)
+            verbose = int(value)
+        elif key == "log_file":
+            if value != "":
+                raise InvalidArgument("log_file cannot be set: inferd logs to stderr")
+        elif key == "log_format":
+            if value not in ("default", control.log_format):
+                raise InvalidArgument("log_format is fixed at start (--log-format)")
+        else:
+            raise InvalidArgument(
+                f"unknown log setting {key!r} (log_info, log_warning, log_error, "
+                "log_verbose_level, log_file, log_format)"
+            )
+    enabled = [level for key, level in level_switches.items() if current[key]]
+    if control.level == "debug" and current["log_info"]:
+        enabled.insert(0, "debug")
+    control.set_level(enabled[0] if enabled else "critical")
+    control.verbose = verbose
+    return {
+        **{key: control.admits(level) for key, level in level_switches.items()},
+        "log_verbose_level": control.verbose,
+        "log_file": "",
+        "log_format": control.log_format,
+    }

@@ -164,3 +164,26 @@ def encode_repository_index(statuses: list[ModelStatus], ready_only: bool) -> An
             name=status.name, version=status.version, state=status.state.value, reason=status.reason
         )
     return message
+
+
+def log_settings(request: Any) -> dict[str, bool | int | str]:
+    """LogSettingsRequest.settings -> plain values (settings with no value are skipped)."""
+    out: dict[str, bool | int | str] = {}
+    for key, value in request.settings.items():
+        choice = value.WhichOneof("parameter_choice")
+        if choice is not None:
+            out[key] = getattr(value, choice)
+    return out
+
+
+def encode_log_settings(settings: dict[str, bool | int | str]) -> Any:
+    message = pb.LogSettingsResponse()
+    for key, value in settings.items():
+        entry = message.settings[key]
+        if isinstance(value, bool):
+            entry.bool_param = value
+        elif isinstance(value, int):
+            entry.uint32_param = value
+        else:
+            entry.string_param = value
+    return message

@@ -14,6 +14,8 @@ from inferd import __version__
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.models.control import ModelControl
+from inferd.observability.logging import apply_log_settings
+from inferd.observability.telemetry import Telemetry
 from inferd.transport import codec
 from inferd.transport.status import answers_errors, grpc_status
 
@@ -31,10 +33,17 @@ class ServerState:
 
 
 class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
-    def __init__(self, dataplane: DataPlane, control: ModelControl, state: ServerState) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        control: ModelControl,
+        state: ServerState,
+        telemetry: Telemetry,
+    ) -> None:
         self._dataplane = dataplane
         self._control = control
         self._state = state
+        self._telemetry = telemetry
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=self._state.live)
@@ -85,10 +94,20 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        response = await self._dataplane.infer(
-            codec.decode_infer_request(request), deadline_s=context.time_remaining()
-        )
-        return codec.encode_infer_response(response)
+        metadata = context.invocation_metadata()
+        with self._telemetry.request(request.model_name, metadata) as observed:
+            with observed.stage("decode"):
+                decoded = codec.decode_infer_request(request)
+            response = await self._dataplane.infer(
+                decoded, deadline_s=context.time_remaining(), observed=observed
+            )
+            with observed.stage("encode"):
+                return codec.encode_infer_response(response)
+
+    @answers_errors
+    async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        current = apply_log_settings(self._telemetry.log_control, codec.log_settings(request))
+        return codec.encode_log_settings(current)
 
     async def ModelStreamInfer(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -97,20 +116,22 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         answered in ``error_message`` (its id in ``infer_response``) and the stream goes on,
         unless the client sent the ``triton_grpc_error: true`` header (Triton's opt-in): then the
         call ends with the status."""
-        metadata = dict(context.invocation_metadata() or ())
+        metadata_pairs = context.invocation_metadata()
+        metadata = dict(metadata_pairs or ())
         end_on_error = str(metadata.get("triton_grpc_error", "")).lower() == "true"
         answers: asyncio.Queue[Any] = asyncio.Queue()
 
         async def answer(request: Any) -> None:
             try:
-                response = await self._dataplane.infer(
-                    codec.decode_infer_request(request), deadline_s=context.time_remaining()
-                )
-                await answers.put(
-                    pb.ModelStreamInferResponse(
-                        infer_response=codec.encode_infer_response(response)
+                with self._telemetry.request(request.model_name, metadata_pairs) as observed:
+                    with observed.stage("decode"):
+                        decoded = codec.decode_infer_request(request)
+                    response = await self._dataplane.infer(
+                        decoded, deadline_s=context.time_remaining(), observed=observed
                     )
-                )
+                    with observed.stage("encode"):
+                        encoded = codec.encode_infer_response(response)
+                await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
             except Exception as e:
                 await answers.put((e, request.id))
 

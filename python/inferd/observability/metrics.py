@@ -1,0 +1,221 @@
+"""Prometheus metrics on ``/metrics``, with Triton's families and names.
+
+Counts and cumulative durations are read from the core's counters at scrape time, the same ones
+``ModelStatistics`` answers with, so the two never disagree. Latency and queue-time histograms are
+observed per request, and failures are counted by reason, as requests finish; the batch-size
+histogram is built from the core's per-size batch counts. GPU figures come from NVML when
+``nvidia-ml-py`` and a GPU are there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from inferd.errors import ErrorCode
+
+log = structlog.get_logger(__name__)
+
+MODEL_LABELS = ("model", "version")
+# Microseconds: 100 µs .. 10 s, for server-side latency and queue time.
+LATENCY_BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1e6, 1e7)
+
+# Triton's failure reasons: refused by a queue policy, cancelled, failed in the backend, other.
+FAILURE_REASONS: dict[ErrorCode, str] = {
+    ErrorCode.RESOURCE_EXHAUSTED: "REJECTED",
+    ErrorCode.UNAVAILABLE: "REJECTED",
+    ErrorCode.DEADLINE_EXCEEDED: "REJECTED",
+    ErrorCode.CANCELLED: "CANCELED",
+    ErrorCode.INTERNAL: "BACKEND",
+}
+
+
+@dataclass(frozen=True)
+class ModelCounters:
+    """One loaded version's core statistics, as ``ModelScheduler.statistics`` gives them, and
+    its queue depth."""
+
+    name: str
+    version: str
+    statistics: dict[str, Any]
+    pending: int
+
+
+class CoreStatisticsCollector(Collector):
+    """Triton's counters, read from the core at scrape time. ``snapshot`` runs on the HTTP
+    server's thread: it must only read (the registry gives it an immutable tuple)."""
+
+    def __init__(self, snapshot: Callable[[], list[ModelCounters]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self._snapshot()
+
+        def counter(name: str, doc: str, value: Callable[[ModelCounters], float]) -> Metric:
+            # Triton's names carry no _total suffix; dashboards built for Triton expect them so.
+            metric = Metric(name, doc, "counter")
+            for c in counters:
+                metric.add_sample(name, {"model": c.name, "version": c.version}, value(c))
+            return metric
+
+        yield counter(
+            "nv_inference_request_success",
+            "Number of successful inference requests, all batch sizes",
+            lambda c: c.statistics["success"]["count"],
+        )
+        yield counter(
+            "nv_inference_count",
+            "Number of inferences performed (rows: a batch of 4 counts 4)",
+            lambda c: c.statistics["inference_count"],
+        )
+        yield counter(
+            "nv_inference_exec_count",
+            "Number of model executions performed (batches)",
+            lambda c: c.statistics["execution_count"],
+        )
+        for key, name, doc in (
+            ("success", "nv_inference_request_duration_us", "Cumulative request duration"),
+            ("queue", "nv_inference_queue_duration_us", "Cumulative time requests spent queued"),
+            (
+                "compute_input",
+                "nv_inference_compute_input_duration_us",
+                "Cumulative compute input duration (batch assembly)",
+            ),
+            (
+                "compute_infer",
+                "nv_inference_compute_infer_duration_us",
+                "Cumulative compute inference duration",
+            ),
+            (
+                "compute_output",
+                "nv_inference_compute_output_duration_us",
+                "Cumulative compute output duration (scatter)",
+            ),
+        ):
+            yield counter(name, f"{doc} in microseconds", _cumulative_us(key))
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of requests waiting in the model's queue",
+            labels=MODEL_LABELS,
+        )
+        batch_sizes = HistogramMetricFamily(
+            "inferd_batch_size",
+            "Rows per executed batch",
+            labels=MODEL_LABELS,
+        )
+        for c in counters:
+            pending.add_metric([c.name, c.version], c.pending)
+            buckets, running, total = [], 0, 0
+            for size, batch in sorted(c.statistics["batches"].items()):
+                executions = batch["compute_infer"]["count"]
+                running += executions
+                total += size * executions
+                buckets.append((str(size), running))
+            buckets.append(("+Inf", running))
+            batch_sizes.add_metric([c.name, c.version], buckets, sum_value=total)
+        yield pending
+        yield batch_sizes
+
+
+def _cumulative_us(key: str) -> Callable[[ModelCounters], float]:
+    return lambda c: c.statistics[key]["ns"] // 1000
+
+
+class GpuCollector(Collector):
+    """Utilisation and memory of each GPU through NVML; nothing when NVML is absent."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+
+    @classmethod
+    def create(cls) -> GpuCollector | None:
+        try:
+            import pynvml  # nvidia-ml-py, in the gpu extra
+        except ImportError:
+            log.info("gpu metrics off", reason="nvidia-ml-py is not installed")
+            return None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            log.info("gpu metrics off", reason=f"NVML: {e}")
+            return None
+        return cls(pynvml)
+
+    def collect(self) -> Iterator[Metric]:
+        nvml = self._nvml
+        labels = ("gpu_uuid",)
+        utilisation = GaugeMetricFamily(
+            "nv_gpu_utilization", "GPU utilization (0..1)", labels=labels
+        )
+        used = GaugeMetricFamily("nv_gpu_memory_used_bytes", "GPU used memory", labels=labels)
+        total = GaugeMetricFamily("nv_gpu_memory_total_bytes", "GPU total memory", labels=labels)
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            utilisation.add_metric([uuid], nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100)
+            used.add_metric([uuid], memory.used)
+            total.add_metric([uuid], memory.total)
+        yield from (utilisation, used, total)
+
+
+class InferenceMetrics:
+    """The server's metrics registry (its own, not prometheus_client's global one)."""
+
+    def __init__(self, snapshot: Callable[[], list[ModelCounters]], *, gpu: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(CoreStatisticsCollector(snapshot))
+        gpu_collector = GpuCollector.create() if gpu else None
+        if gpu_collector is not None:
+            self.registry.register(gpu_collector)
+        self.failures = Counter(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes, by reason",
+            (*MODEL_LABELS, "reason"),
+            registry=self.registry,
+        )
+        self.request_duration = Histogram(
+            "inferd_request_duration_us",
+            "Server-side request latency in microseconds, from the call's arrival to its answer",
+            MODEL_LABELS,
+            buckets=LATENCY_BUCKETS_US,
+            registry=self.registry,
+        )
+        self.queue_duration = Histogram(
+            "inferd_queue_duration_us",
+            "Time a request waited in the core's queue, in microseconds",
+            MODEL_LABELS,
+            buckets=LATENCY_BUCKETS_US,
+            registry=self.registry,
+        )
+        self._http: tuple[WSGIServer, threading.Thread] | None = None
+
+    def succeeded(self, model: str, version: str, duration_us: float, queue_us: float) -> None:
+        self.request_duration.labels(model, version).observe(duration_us)
+        self.queue_duration.labels(model, version).observe(queue_us)
+
+    def failed(self, model: str, version: str, code: ErrorCode, duration_us: float) -> None:
+        self.failures.labels(model, version, FAILURE_REASONS.get(code, "OTHER")).inc()
+        self.request_duration.labels(model, version).observe(duration_us)
+
+    def serve(self, host: str, port: int) -> int:
+        """Starts ``/metrics`` on a thread of its own; returns the bound port."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        self._http = (server, thread)
+        return int(server.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            server, thread = self._http
+            server.shutdown()
+            server.server_close()
+            thread.join()
+            self._http = None

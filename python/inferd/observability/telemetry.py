@@ -1,0 +1,259 @@
+"""What the data path reports about each request: its span (continuing the caller's trace), its
+metrics, and its log line when verbose. The transport opens a ``RequestTelemetry`` per request;
+the data plane tells it which model version ran the request and how the core timed it.
+
+Spans: ``ModelInfer`` (server span, parent from the caller's ``traceparent``/``tracestate``) with
+children ``decode``, ``queue``, ``compute`` and ``encode``; queue and compute take their times from
+the core. Each executed batch is one ``batch`` span linked to the spans of the requests in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from inferd.batching import CoreTiming
+from inferd.errors import ErrorCode, InferdError
+from inferd.observability.logging import LogControl
+from inferd.observability.metrics import InferenceMetrics
+
+log = structlog.get_logger(__name__)
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_NO_STAGE: AbstractContextManager[None] = nullcontext()
+# A batch whose requests did not all report (their callers went away) is exported this late.
+_BATCH_STALE_NS = 5_000_000_000
+
+
+@dataclass
+class _PendingBatch:
+    timing: CoreTiming
+    model: str
+    version: str
+    reported: int = 0
+    links: list[Link] = field(default_factory=list)
+
+
+class BatchSpans:
+    """Collects, per executed batch, the requests that rode in it, and exports the batch's span
+    with a link to each once all have reported. Used on the event loop's thread only."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+        self._pending: dict[tuple[str, str, int, int], _PendingBatch] = {}
+
+    def add(self, model: str, version: str, timing: CoreTiming, span: trace.Span) -> None:
+        key = (model, version, timing.batch_id, timing.compute_start)
+        batch = self._pending.get(key)
+        if batch is None:
+            batch = self._pending[key] = _PendingBatch(timing, model, version)
+            if len(self._pending) > 64:
+                self._export_stale()
+        batch.reported += 1
+        if span.is_recording():
+            batch.links.append(Link(span.get_span_context()))
+        if batch.reported >= timing.batch_requests:
+            del self._pending[key]
+            self._export(batch)
+
+    def _export_stale(self) -> None:
+        now = CoreTiming.now_ns()
+        for key, batch in list(self._pending.items()):
+            if now - batch.timing.compute_end > _BATCH_STALE_NS:
+                del self._pending[key]
+                self._export(batch)
+
+    def _export(self, batch: _PendingBatch) -> None:
+        if not batch.links:
+            return  # no request of the batch was sampled
+        t = batch.timing
+        span = self._tracer.start_span(
+            "batch",
+            context=otel_context.Context(),  # a root: it belongs to every request, not one
+            kind=SpanKind.INTERNAL,
+            links=batch.links,
+            start_time=CoreTiming.wall_ns(t.compute_start),
+            attributes={
+                "inferd.model": batch.model,
+                "inferd.model_version": batch.version,
+                "inferd.batch_id": t.batch_id,
+                "inferd.batch_size": t.batch_rows,
+                "inferd.batch_requests": t.batch_requests,
+                "inferd.instance": t.instance,
+                "inferd.compute_input_us": (t.input_done - t.compute_start) / 1000,
+                "inferd.compute_infer_us": (t.infer_done - t.input_done) / 1000,
+                "inferd.compute_output_us": (t.compute_end - t.infer_done) / 1000,
+            },
+        )
+        span.end(end_time=CoreTiming.wall_ns(t.compute_end))
+
+
+class Telemetry:
+    """The server's observability: tracer (None when tracing is off), metrics, log control."""
+
+    def __init__(
+        self,
+        log_control: LogControl,
+        metrics: InferenceMetrics | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.log_control = log_control
+        self.metrics = metrics
+        self.tracer_provider = tracer_provider
+        self.tracer = tracer_provider.get_tracer("inferd") if tracer_provider else None
+        self.batches = BatchSpans(self.tracer) if self.tracer else None
+
+    def request(
+        self, model_name: str, metadata: Sequence[tuple[str, Any]] | None
+    ) -> RequestTelemetry:
+        return RequestTelemetry(self, model_name, metadata)
+
+    def close(self) -> None:
+        """Exports the spans still buffered and stops the exporter and the metrics endpoint."""
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+class RequestTelemetry:
+    """One inference request's span, metrics and log line; a context manager around the
+    request's handling in the transport."""
+
+    __slots__ = (
+        "_metadata",
+        "_owner",
+        "_span",
+        "_start_ns",
+        "_token",
+        "model",
+        "timing",
+        "version",
+    )
+
+    def __init__(
+        self, owner: Telemetry, model: str, metadata: Sequence[tuple[str, Any]] | None
+    ) -> None:
+        self._owner = owner
+        self._metadata = metadata
+        self._span: trace.Span | None = None
+        self._token: object | None = None
+        self.model = model
+        self.version = ""  # set once the data plane has picked the version
+        self.timing: CoreTiming | None = None
+
+    def __enter__(self) -> RequestTelemetry:
+        self._start_ns = time.monotonic_ns()
+        tracer = self._owner.tracer
+        if tracer is not None:
+            carrier = {k: v for k, v in self._metadata or () if isinstance(v, str)}
+            parent = _PROPAGATOR.extract(carrier)
+            self._span = tracer.start_span(
+                "ModelInfer",
+                context=parent,
+                kind=SpanKind.SERVER,
+                attributes={"rpc.system": "grpc", "inferd.model": self.model},
+            )
+            self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
+        return self
+
+    def stage(self, name: str) -> AbstractContextManager[Any]:
+        """A child span around a Python stage (decode, encode); nothing when not traced."""
+        if self._span is None or not self._span.is_recording():
+            return _NO_STAGE
+        return self._stage(name)
+
+    @contextmanager
+    def _stage(self, name: str) -> Iterator[None]:
+        assert self._owner.tracer is not None and self._span is not None
+        parent = trace.set_span_in_context(self._span)
+        with self._owner.tracer.start_as_current_span(name, context=parent):
+            yield
+
+    def resolved(self, model: str, version: str) -> None:
+        """The data plane found the version that will answer."""
+        self.model, self.version = model, version
+
+    def computed(self, timing: CoreTiming) -> None:
+        """The core computed the request: record its queue and compute spans."""
+        self.timing = timing
+        span, owner = self._span, self._owner
+        if span is None or owner.tracer is None:
+            return
+        if span.is_recording():
+            queue_us = (timing.compute_start - timing.enqueued) / 1000
+            span.set_attributes(
+                {
+                    "inferd.model_version": self.version,
+                    "inferd.queue_us": queue_us,
+                    "inferd.batch_id": timing.batch_id,
+                    "inferd.batch_size": timing.batch_rows,
+                    "inferd.batch_requests": timing.batch_requests,
+                    "inferd.instance": timing.instance,
+                }
+            )
+            parent = trace.set_span_in_context(span)
+            for name, start, end in (
+                ("queue", timing.enqueued, timing.compute_start),
+                ("compute", timing.compute_start, timing.compute_end),
+            ):
+                child = owner.tracer.start_span(
+                    name,
+                    context=parent,
+                    start_time=CoreTiming.wall_ns(start),
+                    attributes={"inferd.batch_id": timing.batch_id},
+                )
+                child.end(end_time=CoreTiming.wall_ns(end))
+        assert owner.batches is not None
+        owner.batches.add(self.model, self.version, timing, span)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        duration_us = (time.monotonic_ns() - self._start_ns) / 1000
+        code = _error_code(error) if error is not None else None
+        owner = self._owner
+        if owner.metrics is not None and self.version:
+            if code is None:
+                timing = self.timing
+                queue_us = (timing.compute_start - timing.enqueued) / 1000 if timing else 0.0
+                owner.metrics.succeeded(self.model, self.version, duration_us, queue_us)
+            else:
+                owner.metrics.failed(self.model, self.version, code, duration_us)
+        if owner.log_control.verbose > 0:
+            log.info(
+                "inference",
+                model=self.model,
+                version=self.version,
+                outcome="OK" if code is None else code.name,
+                duration_us=round(duration_us, 1),
+                batch_size=self.timing.batch_rows if self.timing else None,
+            )
+        if self._span is not None:
+            if code is not None:
+                self._span.set_status(Status(StatusCode.ERROR, f"{code.name}: {error}"))
+            self._span.end()
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+
+
+def _error_code(error: BaseException) -> ErrorCode:
+    if isinstance(error, InferdError):
+        return error.code
+    if isinstance(error, asyncio.CancelledError):  # the caller went away
+        return ErrorCode.CANCELLED
+    return ErrorCode.INTERNAL

@@ -1,0 +1,74 @@
+"""``grpc.health.v1`` statuses that follow the server and its models.
+
+``""`` and ``inference.GRPCInferenceService`` are SERVING while the server accepts calls and every
+model that must load has loaded (ServerReady's meaning); ``inference.GRPCInferenceService/<model>``
+is SERVING while the model has a ready version. Statuses are recomputed from the registry after
+each change, one update at a time, so ``Watch`` sees the transitions in order. Health never touches
+the executors: it reads the registry's state only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpc_health.v1 import health, health_pb2
+
+from inferd.models import ModelRegistry
+from inferd.transport.servicer import ServerState
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HealthReporter:
+    def __init__(
+        self,
+        servicer: health.aio.HealthServicer,
+        registry: ModelRegistry,
+        state: ServerState,
+        service_name: str,
+    ) -> None:
+        self._servicer = servicer
+        self._registry = registry
+        self._state = state
+        self._service_name = service_name
+        self._reported: dict[str, int] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._follow())
+        self.changed()
+
+    def changed(self) -> None:
+        """Something readiness depends on changed: the statuses are recomputed soon."""
+        self._changed.set()
+
+    async def update(self) -> None:
+        ready = self._state.accepting and self._registry.all_ready()
+        wanted = {"": ready, self._service_name: ready}
+        serving_models = set(self._registry.ready_models())
+        for name in {*serving_models, *self._registry.known_models()}:
+            wanted[f"{self._service_name}/{name}"] = self._state.accepting and (
+                name in serving_models
+            )
+        for service in self._reported.keys() - wanted.keys():
+            wanted[service] = False  # a model that left the repository
+        for service, serving in wanted.items():
+            status = SERVING if serving else NOT_SERVING
+            if self._reported.get(service) != status:
+                self._reported[service] = status
+                await self._servicer.set(service, status)
+
+    async def shut_down(self) -> None:
+        """Every service NOT_SERVING, first of the shutdown steps, so that load balancers stop
+        sending before the drain; later changes are ignored."""
+        if self._task is not None:
+            self._task.cancel()
+        await self._servicer.enter_graceful_shutdown()
+
+    async def _follow(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self.update()
