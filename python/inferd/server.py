@@ -31,7 +31,7 @@ from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
-from inferd.transport.health import HealthReporter
+from inferd.transport.health import DrainingHealthServicer, HealthReporter
 from inferd.transport.servicer import InferenceServicer, ServerState
 
 log = structlog.get_logger(__name__)
@@ -166,7 +166,7 @@ async def create_server(
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(DataPlane(registry), control, state, telemetry), server
     )
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reporter = HealthReporter(health_servicer, registry, state, SERVICE_NAME)
     registry.add_listener(reporter.changed)

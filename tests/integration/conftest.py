@@ -99,14 +99,19 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def running_server(
-    repository: Path, models: list[str], workdir: Path, *extra_args: str
+    repository: Path,
+    models: list[str],
+    workdir: Path,
+    *extra_args: str,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """``inferd serve`` on ``repository`` as a subprocess, until the block ends; then SIGTERM,
     and the exit code and the error-level log records are checked."""
     log_path = workdir / "server.log"
-    # Hermetic: the caller's INFERD_* settings must not change the server under test.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERD_")}
+    # Hermetic: the caller's INFERD_* and OTEL_* settings must not change the server under test.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(env_extra or {})
     command = [
         sys.executable,
         "-m",

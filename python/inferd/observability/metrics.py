@@ -16,7 +16,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -60,8 +60,10 @@ class CoreStatisticsCollector(Collector):
         counters = self._snapshot()
 
         def counter(name: str, doc: str, value: Callable[[ModelCounters], float]) -> Metric:
-            # Triton's names carry no _total suffix; dashboards built for Triton expect them so.
-            metric = Metric(name, doc, "counter")
+            # Triton's exact names, which carry no _total suffix, so that dashboards and alerts
+            # built for Triton work unchanged. prometheus-client writes a counter only with
+            # _total, so these go out untyped; each is cumulative and never goes down.
+            metric = Metric(name, f"{doc} (cumulative)", "unknown")
             for c in counters:
                 metric.add_sample(name, {"model": c.name, "version": c.version}, value(c))
             return metric
@@ -118,7 +120,7 @@ class CoreStatisticsCollector(Collector):
                 executions = batch["compute_infer"]["count"]
                 running += executions
                 total += size * executions
-                buckets.append((str(size), running))
+                buckets.append((str(float(size)), running))
             buckets.append(("+Inf", running))
             batch_sizes.add_metric([c.name, c.version], buckets, sum_value=total)
         yield pending
@@ -127,6 +129,28 @@ class CoreStatisticsCollector(Collector):
 
 def _cumulative_us(key: str) -> Callable[[ModelCounters], float]:
     return lambda c: c.statistics[key]["ns"] // 1000
+
+
+class FailureCounts(Collector):
+    """``nv_inference_request_failure`` by model, version and reason, under Triton's name (see
+    CoreStatisticsCollector on why it is untyped). Counted on the event loop's thread; the copy
+    taken at scrape time is one C-level dict copy, safe under the GIL."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+
+    def count(self, model: str, version: str, reason: str) -> None:
+        key = (model, version, reason)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        name = "nv_inference_request_failure"
+        metric = Metric(
+            name, "Number of failed inference requests, all batch sizes (cumulative)", "unknown"
+        )
+        for (model, version, reason), value in dict(self._counts).items():
+            metric.add_sample(name, {"model": model, "version": version, "reason": reason}, value)
+        yield metric
 
 
 class GpuCollector(Collector):
@@ -176,12 +200,8 @@ class InferenceMetrics:
         gpu_collector = GpuCollector.create() if gpu else None
         if gpu_collector is not None:
             self.registry.register(gpu_collector)
-        self.failures = Counter(
-            "nv_inference_request_failure",
-            "Number of failed inference requests, all batch sizes, by reason",
-            (*MODEL_LABELS, "reason"),
-            registry=self.registry,
-        )
+        self.failures = FailureCounts()
+        self.registry.register(self.failures)
         self.request_duration = Histogram(
             "inferd_request_duration_us",
             "Server-side request latency in microseconds, from the call's arrival to its answer",
@@ -203,7 +223,7 @@ class InferenceMetrics:
         self.queue_duration.labels(model, version).observe(queue_us)
 
     def failed(self, model: str, version: str, code: ErrorCode, duration_us: float) -> None:
-        self.failures.labels(model, version, FAILURE_REASONS.get(code, "OTHER")).inc()
+        self.failures.count(model, version, FAILURE_REASONS.get(code, "OTHER"))
         self.request_duration.labels(model, version).observe(duration_us)
 
     def serve(self, host: str, port: int) -> int:

@@ -10,6 +10,7 @@ the executors: it reads the registry's state only.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 
@@ -20,10 +21,52 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+class DrainingHealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+    """grpcio's health servicer, except that ``Watch`` streams end once they have sent
+    NOT_SERVING at shutdown: open streams would otherwise hold the server's whole grace period."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shutting_down = asyncio.Event()
+
+    async def Watch(self, request: Any, context: Any) -> None:
+        recorder = _LastStatus(context)
+        watching = asyncio.ensure_future(super().Watch(request, recorder))
+        stopping = asyncio.ensure_future(self._shutting_down.wait())
+        try:
+            await asyncio.wait({watching, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            for _ in range(100):  # the last status on its way out: NOT_SERVING (up to 1 s)
+                if watching.done() or recorder.last == NOT_SERVING:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            watching.cancel()
+            stopping.cancel()
+
+    async def enter_graceful_shutdown(self) -> None:
+        await super().enter_graceful_shutdown()
+        self._shutting_down.set()
+
+
+class _LastStatus:
+    """A servicer context that remembers the last status written through it."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self.last: int | None = None
+
+    async def write(self, response: Any) -> None:
+        await self._context.write(response)
+        self.last = response.status
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 class HealthReporter:
     def __init__(
         self,
-        servicer: health.aio.HealthServicer,
+        servicer: DrainingHealthServicer,
         registry: ModelRegistry,
         state: ServerState,
         service_name: str,

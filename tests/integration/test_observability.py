@@ -1,0 +1,289 @@
+"""Traces exported over OTLP to a real receiver, metrics scraped over HTTP, health watched through
+load, unload and shutdown, and run-time log settings, all against a server subprocess."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from inferd.examples import make_examples
+from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.otlp_receiver import OtlpTraceReceiver
+
+SERVICE = "inference.GRPCInferenceService"
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpTraceReceiver]:
+    otlp = OtlpTraceReceiver()
+    yield otlp
+    otlp.stop()
+
+
+@pytest.fixture(scope="module")
+def traced_server(
+    tmp_path_factory: pytest.TempPathFactory, receiver: OtlpTraceReceiver
+) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("observability")
+    repository = root / "models"
+    names = make_examples(repository)
+    config = repository / "simple" / "config.pbtxt"
+    # 20 ms of queue delay: concurrent requests share batches.
+    config.write_text(
+        config.read_text() + "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
+    )
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",  # export quickly: the test waits for the spans
+        "OTEL_SERVICE_NAME": "inferd-under-test",
+    }
+    with running_server(repository, names, root, env_extra=env) as server:
+        yield server
+
+
+def simple_request(value: int) -> list[grpcclient.InferInput]:
+    data = np.full((1, 16), value, dtype=np.int32)
+    inputs = [
+        grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+        grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+    ]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    return inputs
+
+
+def traceparent() -> tuple[str, str, str]:
+    """A caller's W3C traceparent header, with its trace id and span id (hex)."""
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def attributes(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        value = kv.value
+        out[kv.key] = getattr(value, value.WhichOneof("value"))
+    return out
+
+
+def test_each_request_continues_the_callers_trace_and_its_batch_links_it(
+    traced_server: ServerProcess, receiver: OtlpTraceReceiver
+) -> None:
+    callers: dict[str, str] = {}  # trace id -> the caller's span id
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def call(index: int) -> None:
+        header, trace_id, span_id = traceparent()
+        callers[trace_id] = span_id
+        try:
+            with grpcclient.InferenceServerClient(traced_server.url) as client:
+                start.wait()
+                client.infer("simple", simple_request(index), headers={"traceparent": header})
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+    requests = [
+        s
+        for s in receiver.wait_for(8, "ModelInfer")
+        if s.trace_id.hex() in callers and attributes(s).get("inferd.model") == "simple"
+    ]
+    assert len(requests) == 8
+    by_parent: dict[bytes, list[Any]] = {}
+    for span in receiver.spans():
+        by_parent.setdefault(span.parent_span_id, []).append(span)
+    linked: dict[bytes, Any] = {}
+    for batch in receiver.wait_for(1, "batch"):
+        for link in batch.links:
+            linked[link.span_id] = batch
+    for span in requests:
+        # The caller's trace goes on: same trace id, the caller's span as parent.
+        assert span.parent_span_id.hex() == callers[span.trace_id.hex()]
+        assert span.kind == span.SPAN_KIND_SERVER
+        children = {c.name: c for c in by_parent.get(span.span_id, [])}
+        assert set(children) == {"decode", "queue", "compute", "encode"}, children.keys()
+        assert all(c.trace_id == span.trace_id for c in children.values())
+        queue, compute = children["queue"], children["compute"]
+        assert queue.end_time_unix_nano <= compute.start_time_unix_nano + 1000
+        assert span.start_time_unix_nano <= queue.start_time_unix_nano
+        assert compute.end_time_unix_nano <= span.end_time_unix_nano
+        # The batch it rode in links it, and agrees on which batch that was.
+        found = receiver.wait_for(1, "batch")
+        batch = linked.get(span.span_id) or next(
+            (b for b in found if any(link.span_id == span.span_id for link in b.links)), None
+        )
+        assert batch is not None, "no batch span links this request"
+        mine, theirs = attributes(span), attributes(batch)
+        assert mine["inferd.batch_id"] == theirs["inferd.batch_id"]
+        assert theirs["inferd.model"] == "simple" and theirs["inferd.model_version"] == "1"
+        assert theirs["inferd.batch_requests"] == len(batch.links)
+        assert theirs["inferd.batch_size"] >= 1 and "inferd.instance" in theirs
+        assert mine["inferd.queue_us"] >= 0
+    batch_sizes = [len(b.links) for b in {id(b): b for b in linked.values()}.values()]
+    assert max(batch_sizes) > 1, f"8 concurrent requests, 20 ms delay, batches {batch_sizes}"
+
+
+def test_a_request_without_traceparent_starts_a_new_trace(
+    traced_server: ServerProcess, receiver: OtlpTraceReceiver
+) -> None:
+    before = {s.span_id for s in receiver.spans()}
+    with grpcclient.InferenceServerClient(traced_server.url) as client:
+        client.infer("simple", simple_request(1))
+
+    def new_roots() -> list[Any]:
+        return [
+            s
+            for s in receiver.spans()
+            if s.name == "ModelInfer" and s.span_id not in before and s.parent_span_id == b""
+        ]
+
+    wait_until(lambda: len(new_roots()) == 1)
+
+
+def scrape(server: ServerProcess) -> dict[str, Any]:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def sample(families: dict[str, Any], name: str, suffix: str = "", **labels: str) -> float:
+    family = families[name]
+    values = [
+        s.value
+        for s in family.samples
+        if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert len(values) == 1, f"{name}{suffix} {labels}: {values}"
+    return float(values[0])
+
+
+def test_metrics_count_what_was_sent(traced_server: ServerProcess) -> None:
+    model = {"model": "identity_fp32", "version": "1"}
+    with grpcclient.InferenceServerClient(traced_server.url) as client:
+        for rows in (1, 2, 3) * 5:  # 15 requests, 30 rows
+            tensor = grpcclient.InferInput("INPUT0", [rows, 4], "FP32")
+            tensor.set_data_from_numpy(np.ones((rows, 4), dtype=np.float32))
+            client.infer("identity_fp32", [tensor])
+        for _ in range(3):
+            bad = grpcclient.InferInput("INPUT0", [1, 4], "INT32")  # wrong datatype
+            bad.set_data_from_numpy(np.ones((1, 4), dtype=np.int32))
+            with pytest.raises(InferenceServerException):
+                client.infer("identity_fp32", [bad])
+    families = scrape(traced_server)
+    assert sample(families, "nv_inference_request_success", **model) == 15
+    assert sample(families, "nv_inference_count", **model) == 30
+    executions = sample(families, "nv_inference_exec_count", **model)
+    assert 1 <= executions <= 15
+    assert sample(families, "nv_inference_request_failure", reason="OTHER", **model) == 3
+    assert sample(families, "nv_inference_queue_duration_us", **model) >= 0
+    assert sample(families, "nv_inference_compute_infer_duration_us", **model) > 0
+    assert sample(families, "nv_inference_pending_request_count", **model) == 0
+    assert sample(families, "inferd_request_duration_us", "_count", **model) == 18
+    assert sample(families, "inferd_queue_duration_us", "_count", **model) == 15
+    assert sample(families, "inferd_batch_size", "_count", **model) == executions
+    assert sample(families, "inferd_batch_size", "_sum", **model) == 30
+    # The same counters answer ModelStatistics.
+    with grpcclient.InferenceServerClient(traced_server.url) as client:
+        stats = client.get_inference_statistics("identity_fp32", "1").model_stats[0]
+    assert stats.inference_stats.success.count == 15
+    assert stats.execution_count == executions
+
+
+def test_log_settings_change_at_run_time_and_verbose_lines_carry_the_trace(
+    traced_server: ServerProcess,
+) -> None:
+    with grpcclient.InferenceServerClient(traced_server.url) as client:
+        settings = client.update_log_settings({"log_verbose_level": 1}, as_json=True)["settings"]
+        assert settings["log_verbose_level"] == {"uint32_param": 1}
+        header, trace_id, _ = traceparent()
+        client.infer("simple", simple_request(7), headers={"traceparent": header})
+        client.update_log_settings({"log_verbose_level": 0})
+        lines = [r for r in traced_server.records() if r.get("event") == "inference"]
+        assert any(r.get("trace_id") == trace_id and r.get("outcome") == "OK" for r in lines)
+        quiet = len(lines)
+        client.infer("simple", simple_request(8))
+        assert len([r for r in traced_server.records() if r.get("event") == "inference"]) == quiet
+        off = client.update_log_settings({"log_info": False}, as_json=True)["settings"]
+        assert off["log_info"] == {"bool_param": False}
+        assert off["log_warning"] == {"bool_param": True}
+        client.update_log_settings({"log_info": True})
+        with pytest.raises(InferenceServerException, match="unknown log setting 'log_colour'"):
+            client.update_log_settings({"log_colour": True})
+
+
+def watch(url: str, service: str, seen: list[str], ready: threading.Event) -> None:
+    """Appends each status ``Watch`` streams for ``service`` until the stream ends."""
+    with grpc.insecure_channel(url) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            for response in stub.Watch(health_pb2.HealthCheckRequest(service=service)):
+                seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+                ready.set()
+        except grpc.RpcError:
+            pass  # the server went away: the watch is over
+
+
+def test_health_follows_load_unload_and_shutdown(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    names = make_examples(repository)
+    statuses: dict[str, list[str]] = {"": [], f"{SERVICE}/identity_fp32": []}
+    watchers: list[threading.Thread] = []
+    with running_server(
+        repository,
+        names,
+        tmp_path,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "simple",
+    ) as server:
+        for service, seen in statuses.items():
+            ready = threading.Event()
+            thread = threading.Thread(target=watch, args=(server.url, service, seen, ready))
+            thread.start()
+            assert ready.wait(10)
+            watchers.append(thread)
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.load_model("identity_fp32")
+            wait_until(lambda: statuses[f"{SERVICE}/identity_fp32"][-1:] == ["SERVING"])
+            client.unload_model("identity_fp32")
+            wait_until(lambda: statuses[f"{SERVICE}/identity_fp32"][-1:] == ["NOT_SERVING"])
+            client.load_model("identity_fp32")
+            wait_until(lambda: statuses[f"{SERVICE}/identity_fp32"][-1:] == ["SERVING"])
+    for thread in watchers:
+        thread.join(10)
+    assert statuses[""] == ["SERVING", "NOT_SERVING"]  # ready, then shutting down
+    assert statuses[f"{SERVICE}/identity_fp32"] == [
+        "SERVICE_UNKNOWN",  # not loaded yet: no status
+        "SERVING",
+        "NOT_SERVING",
+        "SERVING",
+        "NOT_SERVING",  # shutdown
+    ]
+
+
+def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the status did not change in time"
+        time.sleep(0.02)

@@ -1,0 +1,180 @@
+"""Telemetry without a server: spans through the in-memory exporter, trace configuration, metrics
+families and run-time log settings."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferd.batching import CoreTiming
+from inferd.errors import ErrorCode, InvalidArgument
+from inferd.observability.logging import LogControl, apply_log_settings
+from inferd.observability.metrics import InferenceMetrics, ModelCounters
+from inferd.observability.telemetry import Telemetry
+from inferd.observability.tracing import (
+    create_tracer_provider,
+    parse_trace_config,
+    tracing_requested,
+)
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+def timing(batch_id: int, requests: int, start: int = 0) -> CoreTiming:
+    now = CoreTiming.now_ns() + start
+    return CoreTiming(
+        now, now + 1000, now + 2000, now + 9000, now + 10000, batch_id, requests, requests, 0
+    )
+
+
+def traced() -> tuple[Telemetry, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = create_tracer_provider("", environ={}, exporter=exporter)
+    return Telemetry(LogControl(), None, provider), exporter
+
+
+def finished(telemetry: Telemetry, exporter: InMemorySpanExporter) -> dict[str, list[object]]:
+    assert telemetry.tracer_provider is not None
+    telemetry.tracer_provider.force_flush()
+    spans: dict[str, list[object]] = {}
+    for span in exporter.get_finished_spans():
+        spans.setdefault(span.name, []).append(span)
+    return spans
+
+
+def test_a_request_span_continues_the_caller_and_the_batch_links_every_request() -> None:
+    telemetry, exporter = traced()
+    metadata = [("traceparent", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01")]
+    batch = timing(7, 3)
+    for _ in range(3):
+        with telemetry.request("m", metadata) as observed:
+            with observed.stage("decode"):
+                pass
+            observed.resolved("m", "2")
+            observed.computed(batch)
+    spans = finished(telemetry, exporter)
+    requests = spans["ModelInfer"]
+    assert len(requests) == 3
+    for span in requests:
+        assert format(span.context.trace_id, "032x") == CALLER_TRACE  # type: ignore[attr-defined]
+        assert format(span.parent.span_id, "016x") == CALLER_SPAN  # type: ignore[attr-defined]
+        assert span.attributes["inferd.batch_id"] == 7  # type: ignore[attr-defined]
+    (batch_span,) = spans["batch"]
+    linked = {link.context.span_id for link in batch_span.links}  # type: ignore[attr-defined]
+    assert linked == {s.context.span_id for s in requests}  # type: ignore[attr-defined]
+    assert batch_span.attributes["inferd.batch_requests"] == 3  # type: ignore[attr-defined]
+    assert batch_span.start_time == CoreTiming.wall_ns(batch.compute_start)  # type: ignore[attr-defined]
+    assert {s.name for s in exporter.get_finished_spans()} >= {"decode", "queue", "compute"}
+
+
+def test_a_batch_waits_for_all_its_requests_and_a_failed_request_is_an_error_span() -> None:
+    telemetry, exporter = traced()
+    with telemetry.request("m", None) as observed:
+        observed.resolved("m", "1")
+        observed.computed(timing(1, 2))
+    assert "batch" not in finished(telemetry, exporter)  # one of its two requests is missing
+    with pytest.raises(InvalidArgument), telemetry.request("m", None) as observed:
+        raise InvalidArgument("bad input")
+    (failed,) = [s for s in finished(telemetry, exporter)["ModelInfer"] if not s.status.is_ok]  # type: ignore[attr-defined]
+    assert "INVALID_ARGUMENT" in failed.status.description  # type: ignore[attr-defined]
+    assert failed.parent is None  # type: ignore[attr-defined]  # no traceparent: a new trace
+
+
+def test_tracing_is_off_unless_configured() -> None:
+    assert not tracing_requested({}, {})
+    assert tracing_requested({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"})
+    assert tracing_requested({}, {"OTEL_TRACES_EXPORTER": "otlp"})
+    assert not tracing_requested({"endpoint": "x:1"}, {"OTEL_SDK_DISABLED": "true"})
+    assert tracing_requested(parse_trace_config("endpoint=127.0.0.1:4317"), {})
+    assert create_tracer_provider("", environ={}) is None
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_trace_config("rate=0.5")
+    with pytest.raises(ValueError, match="unknown sampler"):
+        create_tracer_provider("endpoint=127.0.0.1:1,sampler=sometimes", environ={})
+
+
+def test_without_tracing_a_request_costs_no_span() -> None:
+    telemetry = Telemetry(LogControl())
+    with telemetry.request("m", [("traceparent", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01")]) as o:
+        assert o.stage("decode") is o.stage("encode")  # the shared no-op
+        o.resolved("m", "1")
+        o.computed(timing(1, 1))
+
+
+def test_metrics_expose_triton_names_and_failure_reasons() -> None:
+    statistics = {
+        "success": {"count": 5, "ns": 5_000_000},
+        "fail": {"count": 0, "ns": 0},
+        "queue": {"count": 5, "ns": 1_000_000},
+        "compute_input": {"count": 2, "ns": 10_000},
+        "compute_infer": {"count": 2, "ns": 3_000_000},
+        "compute_output": {"count": 2, "ns": 20_000},
+        "inference_count": 9,
+        "execution_count": 2,
+        "batches": {
+            4: {
+                k: {"count": 1, "ns": 1}
+                for k in ("compute_input", "compute_infer", "compute_output")
+            },
+            5: {
+                k: {"count": 1, "ns": 1}
+                for k in ("compute_input", "compute_infer", "compute_output")
+            },
+        },
+    }
+    metrics = InferenceMetrics(lambda: [ModelCounters("m", "1", statistics, 3)], gpu=False)
+    metrics.failed("m", "1", ErrorCode.RESOURCE_EXHAUSTED, 10.0)
+    metrics.failed("m", "1", ErrorCode.INVALID_ARGUMENT, 10.0)
+    metrics.succeeded("m", "1", 100.0, 20.0)
+    text = generate_latest(metrics.registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    model = (("model", "m"), ("version", "1"))
+    assert samples[("nv_inference_request_success", model)] == 5
+    assert samples[("nv_inference_count", model)] == 9
+    assert samples[("nv_inference_exec_count", model)] == 2
+    assert samples[("nv_inference_compute_infer_duration_us", model)] == 3000
+    assert samples[("nv_inference_pending_request_count", model)] == 3
+    assert samples[("inferd_batch_size_count", model)] == 2
+    assert samples[("inferd_batch_size_sum", model)] == 9
+    assert samples[("inferd_batch_size_bucket", (("le", "4.0"), *model))] == 1
+    for reason in ("REJECTED", "OTHER"):
+        key = ("nv_inference_request_failure", tuple(sorted((*model, ("reason", reason)))))
+        assert samples[key] == 1
+    assert samples[("inferd_request_duration_us_count", model)] == 3
+
+
+def test_log_settings_follow_tritons_keys() -> None:
+    control = LogControl()
+    settings = apply_log_settings(control, {"log_verbose_level": 2, "log_info": False})
+    assert settings["log_verbose_level"] == 2 and settings["log_info"] is False
+    assert control.level == "warning" and not control.admits("info")
+    apply_log_settings(control, {"log_warning": False, "log_error": False})
+    assert control.level == "critical"
+    apply_log_settings(control, {"log_info": True})
+    assert control.level == "info"
+    for bad in ({"log_info": 1}, {"log_file": "/tmp/x"}, {"log_format": "ISO8601"}, {"x": 1}):
+        with pytest.raises(InvalidArgument):
+            apply_log_settings(control, bad)
+
+
+def test_telemetry_inside_a_task_restores_the_outer_context() -> None:
+    telemetry, exporter = traced()
+
+    async def request() -> None:
+        with telemetry.request("m", None):
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(request(), request())
+
+    asyncio.run(main())
+    assert len(finished(telemetry, exporter)["ModelInfer"]) == 2
