@@ -149,15 +149,22 @@ class Server:
             self._drain.join(timeout=5)
 
 
-def start_server(command: list[str], log: Path | None, timeout: float = 180) -> Server:
-    """Starts ``command`` and waits for its "server started" line. Its stderr goes on being read
-    (into ``log``, or nowhere) so that a full pipe never blocks the server."""
+def start_server(
+    command: list[str],
+    log: Path | None,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """Starts ``command`` (in ``env``, default this process's environment) and waits for its
+    "server started" line. Its stderr goes on being read (into ``log``, or nowhere) so that a full
+    pipe never blocks the server."""
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     assert process.stderr is not None
     sink: IO[str] | None = log.open("w") if log else None

@@ -217,14 +217,27 @@ class InferenceMetrics:
             registry=self.registry,
         )
         self._http: tuple[WSGIServer, threading.Thread] | None = None
+        # Labelled children by (model, version): labels() costs a locked lookup per call.
+        self._children: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
+
+    def _histograms(self, model: str, version: str) -> tuple[Histogram, Histogram]:
+        key = (model, version)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.request_duration.labels(model, version),
+                self.queue_duration.labels(model, version),
+            )
+        return children
 
     def succeeded(self, model: str, version: str, duration_us: float, queue_us: float) -> None:
-        self.request_duration.labels(model, version).observe(duration_us)
-        self.queue_duration.labels(model, version).observe(queue_us)
+        duration, queue = self._histograms(model, version)
+        duration.observe(duration_us)
+        queue.observe(queue_us)
 
     def failed(self, model: str, version: str, code: ErrorCode, duration_us: float) -> None:
         self.failures.count(model, version, FAILURE_REASONS.get(code, "OTHER"))
-        self.request_duration.labels(model, version).observe(duration_us)
+        self._histograms(model, version)[0].observe(duration_us)
 
     def serve(self, host: str, port: int) -> int:
         """Starts ``/metrics`` on a thread of its own; returns the bound port."""
