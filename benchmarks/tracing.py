@@ -100,7 +100,8 @@ def main() -> int:
                     print(
                         f"  round {round_} {name:18s} {figures['infer_per_s'] or 0:8.0f} infer/s"
                         + ("*" if retried else " ")
-                        + f"  p50 {figures['p50_us'] or 0:6.0f} µs  spans {figures['spans_received']}"
+                        + f"  p50 {figures['p50_us'] or 0:6.0f} µs"
+                        + f"  spans {figures['spans_received']}"
                         + (f"  ERROR {result.error}" if result.error else ""),
                         flush=True,
                     )
