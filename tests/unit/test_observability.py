@@ -178,3 +178,18 @@ def test_telemetry_inside_a_task_restores_the_outer_context() -> None:
 
     asyncio.run(main())
     assert len(finished(telemetry, exporter)["ModelInfer"]) == 2
+
+
+def test_records_inside_a_request_carry_the_trace_ids() -> None:
+    from inferd.observability.logging import _add_trace_ids
+
+    metadata = [("traceparent", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01")]
+    untraced = Telemetry(LogControl())
+    with untraced.request("m", metadata):
+        record = _add_trace_ids(None, "info", {"event": "x"})
+    assert record["trace_id"] == CALLER_TRACE and record["parent_span_id"] == CALLER_SPAN
+    assert "trace_id" not in _add_trace_ids(None, "info", {"event": "outside"})
+    telemetry, _ = traced()
+    with telemetry.request("m", metadata):
+        record = _add_trace_ids(None, "info", {"event": "x"})
+    assert record["trace_id"] == CALLER_TRACE and record["span_id"] != CALLER_SPAN

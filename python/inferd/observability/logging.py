@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,12 @@ import structlog
 from opentelemetry import trace
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
+
+# The gRPC metadata of the request being handled, when tracing is off: a record made inside it
+# still carries the caller's trace id (from its traceparent), read only when a record is made.
+REQUEST_METADATA: ContextVar[Sequence[tuple[str, Any]] | None] = ContextVar(
+    "inferd_request_metadata", default=None
+)
 
 
 @dataclass
@@ -55,6 +63,13 @@ def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) 
     if context.is_valid:
         event.setdefault("trace_id", format(context.trace_id, "032x"))
         event.setdefault("span_id", format(context.span_id, "016x"))
+        return event
+    for key, value in REQUEST_METADATA.get() or ():
+        # traceparent: version-traceid-parentid-flags; the caller's ids, as it sent them.
+        if key == "traceparent" and isinstance(value, str) and value.count("-") == 3:
+            _, trace_id, span_id, _ = value.split("-")
+            event.setdefault("trace_id", trace_id)
+            event.setdefault("parent_span_id", span_id)
     return event
 
 

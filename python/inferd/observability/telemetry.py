@@ -26,7 +26,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from inferd.batching import CoreTiming
 from inferd.errors import ErrorCode, InferdError
-from inferd.observability.logging import LogControl
+from inferd.observability.logging import REQUEST_METADATA, LogControl
 from inferd.observability.metrics import InferenceMetrics
 
 log = structlog.get_logger(__name__)
@@ -167,6 +167,8 @@ class RequestTelemetry:
                 attributes={"rpc.system": "grpc", "inferd.model": self.model},
             )
             self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
+        else:
+            self._token = REQUEST_METADATA.set(self._metadata)
         return self
 
     def stage(self, name: str) -> AbstractContextManager[Any]:
@@ -256,6 +258,8 @@ class RequestTelemetry:
                 self._span.set_status(Status(StatusCode.ERROR, f"{code.name}: {error}"))
             self._span.end()
             otel_context.detach(self._token)  # type: ignore[arg-type]
+        else:
+            REQUEST_METADATA.reset(self._token)  # type: ignore[arg-type]
 
 
 def _error_code(error: BaseException) -> ErrorCode:
