@@ -3,6 +3,17 @@
 #include <dlfcn.h>
 
 namespace inferd {
+namespace {
+
+constexpr int kUnavailable = -1;
+
+template <typename Fn>
+bool find(void* lib, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+}  // namespace
 
 const CudaRuntime& CudaRuntime::get() {
   static const CudaRuntime instance;  // initialised once, thread-safe (C++11 statics)
@@ -15,20 +26,27 @@ CudaRuntime::CudaRuntime() {
     // Never dlclose'd: see the invariant in the header.
     void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) continue;
-    auto device_count = reinterpret_cast<DeviceCountFn>(dlsym(lib, "cudaGetDeviceCount"));
-    auto host_alloc = reinterpret_cast<HostAllocFn>(dlsym(lib, "cudaHostAlloc"));
-    auto free_host = reinterpret_cast<FreeHostFn>(dlsym(lib, "cudaFreeHost"));
-    int devices = 0;
-    if (device_count == nullptr || host_alloc == nullptr || free_host == nullptr) {
+    DeviceCountFn device_count = nullptr;
+    HostAllocFn host_alloc = nullptr;
+    const bool complete =
+        find(lib, "cudaGetDeviceCount", &device_count) && find(lib, "cudaHostAlloc", &host_alloc) &&
+        find(lib, "cudaFreeHost", &free_host_) && find(lib, "cudaMalloc", &malloc_) && find(lib, "cudaFree", &free_) &&
+        find(lib, "cudaSetDevice", &set_device_) && find(lib, "cudaStreamCreateWithFlags", &stream_create_) &&
+        find(lib, "cudaStreamDestroy", &stream_destroy_) && find(lib, "cudaStreamSynchronize", &stream_synchronize_) &&
+        find(lib, "cudaStreamWaitEvent", &stream_wait_event_) && find(lib, "cudaMemcpyAsync", &memcpy_async_) &&
+        find(lib, "cudaEventCreateWithFlags", &event_create_) && find(lib, "cudaEventDestroy", &event_destroy_) &&
+        find(lib, "cudaEventRecord", &event_record_) && find(lib, "cudaEventSynchronize", &event_synchronize_) &&
+        find(lib, "cudaEventElapsedTime", &event_elapsed_) && find(lib, "cudaGetErrorString", &error_string_);
+    if (!complete) {
       description_ = std::string(name) + " lacks the functions inferd needs";
       continue;
     }
+    int devices = 0;
     if (device_count(&devices) != 0 || devices == 0) {
       description_ = std::string(name) + " found, but no CUDA device";
       continue;
     }
-    host_alloc_ = host_alloc;
-    free_host_ = free_host;
+    host_alloc_ = host_alloc;  // last: available() reads it
     device_count_ = devices;
     description_ = std::string(name) + " with " + std::to_string(devices) + " device(s)";
     return;
@@ -36,15 +54,75 @@ CudaRuntime::CudaRuntime() {
   if (description_.empty()) description_ = "no CUDA runtime library (libcudart) found";
 }
 
+std::string CudaRuntime::error_string(int code) const {
+  if (code == kUnavailable || error_string_ == nullptr) return "CUDA unavailable: " + description_;
+  return std::string("CUDA error ") + std::to_string(code) + ": " + error_string_(code);
+}
+
+int CudaRuntime::set_device(int device) const {
+  if (!available()) return kUnavailable;
+  return set_device_(device);
+}
+
 void* CudaRuntime::host_alloc(size_t size) const {
-  if (host_alloc_ == nullptr) return nullptr;
+  if (!available()) return nullptr;
   void* ptr = nullptr;
   constexpr unsigned int kPortable = 0x01;  // cudaHostAllocPortable: usable from every context
   return host_alloc_(&ptr, size, kPortable) == 0 ? ptr : nullptr;
 }
 
 void CudaRuntime::host_free(void* ptr) const {
-  if (free_host_ != nullptr && ptr != nullptr) free_host_(ptr);
+  if (available() && ptr != nullptr) free_host_(ptr);
+}
+
+void* CudaRuntime::device_alloc(int device, size_t size) const {
+  void* ptr = nullptr;
+  if (set_device(device) != 0 || malloc_(&ptr, size) != 0) return nullptr;
+  return ptr;
+}
+
+void CudaRuntime::device_free(int device, void* ptr) const {
+  if (ptr != nullptr && set_device(device) == 0) free_(ptr);
+}
+
+int CudaRuntime::stream_create(int device, void** stream) const {
+  constexpr unsigned int kNonBlocking = 0x01;  // no implicit sync with the legacy default stream
+  const int status = set_device(device);
+  return status != 0 ? status : stream_create_(stream, kNonBlocking);
+}
+
+int CudaRuntime::stream_destroy(void* stream) const { return available() ? stream_destroy_(stream) : kUnavailable; }
+
+int CudaRuntime::stream_synchronize(void* stream) const {
+  return available() ? stream_synchronize_(stream) : kUnavailable;
+}
+
+int CudaRuntime::stream_wait_event(void* stream, void* event) const {
+  return available() ? stream_wait_event_(stream, event, 0) : kUnavailable;
+}
+
+int CudaRuntime::memcpy_async(void* dst, const void* src, size_t size, CopyKind kind, void* stream) const {
+  return available() ? memcpy_async_(dst, src, size, static_cast<int>(kind), stream) : kUnavailable;
+}
+
+int CudaRuntime::event_create(int device, void** event) const {
+  constexpr unsigned int kDefault = 0x00;  // with timing
+  const int status = set_device(device);
+  return status != 0 ? status : event_create_(event, kDefault);
+}
+
+int CudaRuntime::event_destroy(void* event) const { return available() ? event_destroy_(event) : kUnavailable; }
+
+int CudaRuntime::event_record(void* event, void* stream) const {
+  return available() ? event_record_(event, stream) : kUnavailable;
+}
+
+int CudaRuntime::event_synchronize(void* event) const {
+  return available() ? event_synchronize_(event) : kUnavailable;
+}
+
+int CudaRuntime::event_elapsed_ms(float* ms, void* start, void* end) const {
+  return available() ? event_elapsed_(ms, start, end) : kUnavailable;
 }
 
 }  // namespace inferd
