@@ -7,6 +7,7 @@ namespace py = pybind11;
 namespace inferd::python {
 void register_status(py::module_& m);
 void register_batching(py::module_& m);
+void register_cuda(py::module_& m);
 void register_completion_queue(py::module_& m);
 void register_scheduler(py::module_& m);
 }  // namespace inferd::python
@@ -15,6 +16,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "inferd's C++ core: request queues, batch assembly, executors' worker threads, completions.";
   inferd::python::register_status(m);
   inferd::python::register_batching(m);
+  inferd::python::register_cuda(m);
   inferd::python::register_completion_queue(m);
   inferd::python::register_scheduler(m);
 }

@@ -1,7 +1,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "inferd/cuda_runtime.h"
 #include "inferd/dynamic_batcher.h"
 #include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
@@ -48,10 +47,6 @@ void register_batching(py::module_& m) {
                         py::arg("pinned") = s.pinned);
       });
 
-  m.def("cuda_runtime_description", [] { return CudaRuntime::get().description(); },
-        "Which CUDA runtime the core found at run time, or why none.");
-  m.def("cuda_device_count", [] { return CudaRuntime::get().device_count(); },
-        "CUDA devices the core's run-time libcudart sees; 0 without CUDA.");
 }
 
 }  // namespace inferd::python

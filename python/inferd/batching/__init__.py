@@ -10,6 +10,7 @@ from inferd.batching.core import (
     cuda_device_count,
     cuda_runtime_description,
 )
+from inferd.batching.cuda import CudaStream, DeviceBuffer, DeviceBufferPool, pinned_array
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -18,10 +19,14 @@ __all__ = [
     "CoreResult",
     "CoreTensor",
     "CoreTiming",
+    "CudaStream",
+    "DeviceBuffer",
+    "DeviceBufferPool",
     "HostBufferPool",
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
     "cuda_device_count",
     "cuda_runtime_description",
+    "pinned_array",
 ]

@@ -6,12 +6,16 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inferd.errors import InvalidArgument, ModelLoadError
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
+
+if TYPE_CHECKING:  # at run time, imported where needed: inferd.batching imports executors.base
+    from inferd.batching import HostBufferPool
+    from inferd.executors.iobinding import IoBindingRunner
 
 _BF16_ONNX_TYPE = 16  # onnx.TensorProto.BFLOAT16
 
@@ -61,13 +65,17 @@ def onnxruntime_providers(
     placement: InstancePlacement,
     accelerator: GpuAccelerator | None,
     available: list[str],
+    stream_handle: int = 0,
 ) -> ProviderList:
     """ONNX Runtime's execution providers, with options, for one instance: the CPU provider, or
     CUDA on the instance's device, behind TensorRT when the config asks for it. ``available``:
-    what the installed onnxruntime offers; a provider it lacks fails the load by name."""
+    what the installed onnxruntime offers; a provider it lacks fails the load by name.
+    ``stream_handle``: the instance's cudaStream_t, which the GPU providers then compute on."""
     if not placement.on_gpu:
         return [("CPUExecutionProvider", {})]
     device = {"device_id": str(placement.device_id)}
+    if stream_handle:
+        device |= {"has_user_compute_stream": "1", "user_compute_stream": str(stream_handle)}
 
     def need(provider: str, why: str) -> None:
         if provider not in available:
@@ -114,6 +122,8 @@ class OnnxRuntimeExecutor:
         *,
         placement: InstancePlacement | None = None,
         accelerator: GpuAccelerator | None = None,
+        host_pool: HostBufferPool | None = None,
+        device_pool_bytes: int = 256 << 20,
     ) -> None:
         import onnxruntime as ort  # deferred: the GPU build installs a different package
 
@@ -124,8 +134,17 @@ class OnnxRuntimeExecutor:
         # and the core's workers need between batches.
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        placement = placement or InstancePlacement("cpu")
+        stream = None
+        if placement.on_gpu:
+            from inferd.batching import CudaStream  # deferred: batching imports executors.base
+
+            stream = CudaStream(placement.device_id)
         providers = onnxruntime_providers(
-            placement or InstancePlacement("cpu"), accelerator, ort.get_available_providers()
+            placement,
+            accelerator,
+            ort.get_available_providers(),
+            stream.handle if stream is not None else 0,
         )
         try:
             self._session = ort.InferenceSession(
@@ -152,6 +171,11 @@ class OnnxRuntimeExecutor:
         self._uses_ortvalues = any(self._bf16_inputs) or any(
             types[n] == "tensor(bfloat16)" for n in output_names
         )
+        self._gpu: IoBindingRunner | None = None
+        if stream is not None:
+            self._gpu = _gpu_runner(
+                ort, self._session, stream, host_pool, output_names, types, device_pool_bytes
+            )
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         # An optional input left out (None) is not fed: the model's initializer stands in.
@@ -162,6 +186,8 @@ class OnnxRuntimeExecutor:
             )
             if array is not None
         ]
+        if self._gpu is not None:
+            return self._gpu.run([(name, array) for name, array, _ in feeds])
         if not self._uses_ortvalues:
             # session.run releases the GIL while it computes.
             outputs: list[np.ndarray] = self._session.run(
@@ -182,6 +208,36 @@ class OnnxRuntimeExecutor:
     def close(self) -> None:
         # Dropping the session frees its memory; there is nothing else to release.
         del self._session
+
+
+def _gpu_runner(
+    ort: Any,
+    session: Any,
+    stream: Any,
+    host_pool: Any,
+    output_names: list[str],
+    types: dict[str, str],
+    device_pool_bytes: int,
+) -> IoBindingRunner:
+    from inferd.batching import DeviceBufferPool
+    from inferd.executors.iobinding import IoBindingRunner
+
+    refused = sorted(n for n, t in types.items() if t in ("tensor(string)", "tensor(bfloat16)"))
+    if refused:
+        raise ModelLoadError(
+            f"tensors {refused} are BYTES or BF16, which inferd's GPU path does not carry yet; "
+            "place this model on KIND_CPU"
+        )
+    if host_pool is None:
+        raise ModelLoadError("a GPU instance needs the server's host buffer pool")
+    return IoBindingRunner(
+        ort,
+        session,
+        stream,
+        DeviceBufferPool(stream.device, device_pool_bytes),
+        host_pool,
+        output_names,
+    )
 
 
 def _utf8_strings(array: np.ndarray, name: str) -> np.ndarray:

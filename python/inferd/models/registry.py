@@ -294,6 +294,7 @@ class ModelRegistry:
                         options,
                         placement=placement,
                         accelerator=accelerator,
+                        host_pool=self._pool,
                     )
                 )
             # Before the version is ready: every instance runs the config's warm-up samples.
