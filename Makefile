@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 # Triton's perf_analyzer (benchmarks).
 APT_PACKAGES := g++ cmake make libgtest-dev libb64-0d
 
-.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench clean
+.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean
 
 help:
 	@echo "make serve          set up, build, write the example models, serve them on port $(PORT)"
@@ -20,6 +20,8 @@ help:
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
 	@echo "make lint           ruff, ruff format --check, mypy --strict"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
+	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources) into $(GPU_CARRY)"
+	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
 # Installs the Debian packages when one is missing and we may (root); otherwise says what is missing.
 system-deps:
@@ -87,6 +89,28 @@ lint: build
 
 bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)
+
+# The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
+# gpu-carry downloads (here) the CPython 3.12 wheels it lacks and copies GoogleTest's sources;
+# the device tool carries $(GPU_CARRY) over, and gpu-check installs from it with --no-index.
+GPU_CARRY ?= build/gpu-carry
+GPU_WHEELS := grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2 grpcio-health-checking==1.85.1 \
+	grpcio-reflection==1.85.1 structlog==26.1.0 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 \
+	opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
+	opentelemetry-exporter-otlp-common==0.66b2 opentelemetry-proto==1.45.2 \
+	opentelemetry-semantic-conventions==0.66b2 googleapis-common-protos==1.76.0
+
+gpu-carry: system-deps
+	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/wheels
+	$(PYTHON) -m pip download -q --only-binary=:all: --no-deps --python-version 3.12 \
+		--implementation cp --abi cp312 --abi abi3 --abi none --platform manylinux2014_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+		-d $(GPU_CARRY)/wheels $(GPU_WHEELS)
+	cp -r /usr/src/googletest $(GPU_CARRY)/googletest
+	du -sh $(GPU_CARRY)
+
+gpu-check:
+	bash benchmarks/gpu_check.sh
 
 clean:
 	rm -rf build $(EXAMPLES) .pytest_cache .mypy_cache .ruff_cache

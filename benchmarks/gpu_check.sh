@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU check, in one go on a GPU machine (an H200 through the device tool):
+#
+#   make gpu-carry                                   # here: what the GPU machine lacks
+#   GPU_CHECK_OUT=/somewhere make gpu-check          # there (the device tool: GPU_CHECK_OUT=$OUT)
+#
+# 1. installs inferd's missing dependencies from the carried wheels (no network there) and builds
+#    inferd with its C++ core; 2. builds and runs the core's GoogleTest suite (the CUDA tests then
+#    exercise real streams, device memory, copies, events and copy-engine overlap); 3. runs
+#    benchmarks/gpu_check.py: the correctness table (each GPU executor against a float64 CPU
+#    reference) and the throughput table (served through gRPC against the raw engine at batch 1, 8,
+#    32 and max), naming every executor it could not run and why. Everything goes to GPU_CHECK_OUT.
+# Exits non-zero only when something that ran failed; absent packages are reported, not failures.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${GPU_CHECK_OUT:-${OUT:-benchmarks/out/gpu-check}}"
+CARRY="${GPU_CARRY:-build/gpu-carry}"
+PYTHON="${PYTHON:-python3}"
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+status=0
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+
+step "machine"
+nvidia-smi -L || echo "nvidia-smi: not available"
+"$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' \
+  || echo "no PyTorch"
+
+step "install from $CARRY (no network)"
+if [ -d "$CARRY/wheels" ]; then
+  "$PYTHON" -m pip install -q --no-index --find-links "$CARRY/wheels" "$CARRY"/wheels/*.whl || status=1
+else
+  echo "no $CARRY/wheels: using what is installed"
+fi
+"$PYTHON" -m pip install -q --no-index --no-build-isolation --no-deps -e . || { echo "build failed"; exit 1; }
+
+step "core tests (GoogleTest)"
+gtest=()
+[ -d "$CARRY/googletest" ] && gtest=(-DINFERD_GTEST_SOURCE_DIR="$PWD/$CARRY/googletest")
+if cmake -S . -B build/gpu-cpp -DINFERD_BUILD_TESTS=ON -DINFERD_BUILD_PYTHON=OFF "${gtest[@]}" > "$OUT/cmake.log" 2>&1 \
+   && cmake --build build/gpu-cpp -j "$(nproc)" >> "$OUT/cmake.log" 2>&1; then
+  build/gpu-cpp/inferd_core_tests 2>&1 | tee "$OUT/core_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |256 MiB|no CUDA" || true
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  echo "core tests not built: see $OUT/cmake.log"; tail -5 "$OUT/cmake.log"; status=1
+fi
+
+step "correctness and throughput"
+timeout 420 "$PYTHON" benchmarks/gpu_check.py --out "$OUT" || status=1
+
+step "done: exit $status; tables in $OUT/gpu_check.md"
+exit $status
