@@ -263,7 +263,19 @@ def test_the_gpu_variant_loads_on_a_gpu_and_fails_with_its_reason_elsewhere(
                 client.load_model("full_gpu")
             assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
             assert "instance_group 'gpu0': KIND_GPU needs a CUDA device" in str(e.value)
-            print(f"no CUDA device here: checked the refusal only ({e.value.message()})")
+            # The same config with the CPU fallback it may ask for: loads and serves here.
+            fallback = model_config_pb2.ModelConfig()
+            text_format.Parse(GPU_CONFIG, fallback)
+            fallback.parameters["inferd.gpu_fallback"].string_value = "cpu"
+            client.load_model("full_gpu", config=json_format.MessageToJson(fallback))
+            config = served_config(client, "full_gpu")
+            assert [g.kind for g in config.instance_group] == [  # type: ignore[attr-defined]
+                model_config_pb2.ModelInstanceGroup.KIND_CPU
+            ]
+            x = np.ones((1, 2, 3), dtype=np.float32)
+            out = client.infer("full_gpu", full_request(x, None)).as_numpy("OUTPUT0")
+            np.testing.assert_array_equal(out, 2 * x)
+            print(f"no CUDA device here: checked the refusal and the CPU fallback ({e.value})")
             return
         client.load_model("full_gpu")  # on a GPU machine with inferd[gpu]
         x = np.ones((1, 2, 3), dtype=np.float32)

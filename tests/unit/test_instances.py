@@ -11,7 +11,7 @@ from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import onnxruntime_providers
 from inferd.repository import GpuAccelerator, InstancePlacement, gpu_accelerator
 from inferd.repository import instance_placements as placements_of
-from inferd.repository.instances import resolve_auto_kind
+from inferd.repository.instances import resolve_instance_kinds
 
 CPU_ONLY = ["CPUExecutionProvider"]
 WITH_CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -66,8 +66,28 @@ def test_impossible_placements_fail_the_load_naming_the_group(
 def test_kind_auto_means_a_gpu_when_there_is_one() -> None:
     for gpus, kind in ((0, "KIND_CPU"), (1, "KIND_GPU")):
         c = config("instance_group [{ kind: KIND_AUTO }]")
-        resolve_auto_kind(c, gpus)
+        resolve_instance_kinds(c, gpus)
         assert model_config_pb2.ModelInstanceGroup.Kind.Name(c.instance_group[0].kind) == kind
+
+
+def test_kind_gpu_falls_back_to_the_cpu_only_when_the_config_says_so() -> None:
+    text = (
+        "instance_group [{ count: 2 kind: KIND_GPU gpus: [0] }] "
+        'parameters { key: "inferd.gpu_fallback" value { string_value: "cpu" } } '
+        'optimization { execution_accelerators {'
+        ' gpu_execution_accelerator [{ name: "tensorrt" }] } }'
+    )
+    c = config(text)
+    resolve_instance_kinds(c, 0)
+    assert placements_of(c, 0, "none") == [InstancePlacement("m_0")] * 2
+    assert gpu_accelerator(c) is None  # dropped with the GPU
+    kept = config(text)
+    resolve_instance_kinds(kept, 1)  # a GPU is there: nothing changes
+    assert [p.device_id for p in placements_of(kept, 1, "1 device")] == [0, 0]
+    with pytest.raises(ModelLoadError, match="the only fallback is"):
+        resolve_instance_kinds(
+            config('parameters { key: "inferd.gpu_fallback" value { string_value: "tpu" } }'), 0
+        )
 
 
 def test_a_tensorrt_accelerator_is_read_with_its_parameters() -> None:

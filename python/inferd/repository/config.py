@@ -18,7 +18,7 @@ import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE, BY_ONNX_TYPE, Datatype
 from inferd.errors import ModelLoadError
-from inferd.repository.instances import gpu_accelerator, resolve_auto_kind
+from inferd.repository.instances import gpu_accelerator, resolve_instance_kinds
 
 ModelConfig = model_config_pb2.ModelConfig
 
@@ -120,7 +120,7 @@ def load_model_config(
     _check_platform(config)
     inputs, outputs = read_onnx_signature(model_path)
     _complete(config, inputs, outputs, default_max_batch_size)
-    resolve_auto_kind(config, gpu_count)
+    resolve_instance_kinds(config, gpu_count)
     gpu_accelerator(config)  # checked here so that every load path refuses a bad one
     _check_against_model(config, inputs, outputs)
     return config

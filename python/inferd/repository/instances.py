@@ -7,8 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.errors import ModelLoadError
+
+log = structlog.get_logger(__name__)
 
 _Group = model_config_pb2.ModelInstanceGroup
 
@@ -85,12 +89,32 @@ def instance_placements(
     return placements
 
 
-def resolve_auto_kind(config: Any, gpu_count: int) -> None:
-    """KIND_AUTO means a GPU when there is one, else the CPU (Triton's rule). Completes the config
-    in place, so ``ModelConfig`` shows where the instances went."""
+# Config parameter: "cpu" lets KIND_GPU groups run on the CPU where the server has no GPU.
+GPU_FALLBACK = "inferd.gpu_fallback"
+
+
+def resolve_instance_kinds(config: Any, gpu_count: int) -> None:
+    """KIND_AUTO means a GPU when there is one, else the CPU (Triton's rule). Without a GPU,
+    KIND_GPU groups move to the CPU when the config's ``inferd.gpu_fallback`` parameter says
+    "cpu" (their GPU accelerators are dropped); otherwise they stay and the load fails, saying
+    why. Completes the config in place, so ``ModelConfig`` shows where the instances went."""
+    fallback = (
+        config.parameters[GPU_FALLBACK].string_value if GPU_FALLBACK in config.parameters else ""
+    )
+    if fallback not in ("", "cpu"):
+        raise ModelLoadError(
+            f"model {config.name!r}: parameter {GPU_FALLBACK} is {fallback!r}; the only "
+            'fallback is "cpu"'
+        )
     for group in config.instance_group:
         if group.kind == _Group.KIND_AUTO:
             group.kind = _Group.KIND_GPU if gpu_count > 0 else _Group.KIND_CPU
+        elif group.kind == _Group.KIND_GPU and gpu_count == 0 and fallback == "cpu":
+            group.kind = _Group.KIND_CPU
+            del group.gpus[:]
+            log.warning("no GPU: KIND_GPU instances run on the CPU", model=config.name)
+    if fallback and not any(g.kind == _Group.KIND_GPU for g in config.instance_group):
+        del config.optimization.execution_accelerators.gpu_execution_accelerator[:]
 
 
 def gpu_accelerator(config: Any) -> GpuAccelerator | None:
