@@ -74,7 +74,7 @@ def test_kind_gpu_falls_back_to_the_cpu_only_when_the_config_says_so() -> None:
     text = (
         "instance_group [{ count: 2 kind: KIND_GPU gpus: [0] }] "
         'parameters { key: "inferd.gpu_fallback" value { string_value: "cpu" } } '
-        'optimization { execution_accelerators {'
+        "optimization { execution_accelerators {"
         ' gpu_execution_accelerator [{ name: "tensorrt" }] } }'
     )
     c = config(text)
