@@ -193,8 +193,42 @@ def _torch_engine(precision: str) -> Callable[[Model, Path], Any]:
     return make
 
 
-def _not_built(model: Model, path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    raise NotImplementedError("inferd has no native TensorRT executor yet")
+def _native_tensorrt(precision: str) -> Callable[[Model, Path], Any]:
+    """inferd's TensorRT executor, made the way the server makes it (create_executors)."""
+
+    def make(model: Model, path: Path) -> Callable[[np.ndarray], np.ndarray]:
+        from google.protobuf import text_format
+
+        import inferd._proto.model_config_pb2 as model_config_pb2
+        from inferd.batching import HostBufferPool
+        from inferd.executors import OnnxRuntimeOptions
+        from inferd.executors.selection import create_executors
+        from inferd.repository import GpuAccelerator, InstancePlacement
+
+        config = model_config_pb2.ModelConfig()
+        text_format.Parse(
+            f'name: "{model.name}" max_batch_size: 64 '
+            'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: '
+            f"{list(model.input_shape)} }}] "
+            'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [10] }] '
+            'parameters { key: "inferd.executor" value { string_value: "tensorrt" } }',
+            config,
+        )
+        accelerator = GpuAccelerator(
+            "tensorrt", {"precision_mode": "FP16"} if precision == "fp16" else {}
+        )
+        (executor,) = create_executors(
+            config,
+            path,
+            [InstancePlacement("gpu", 0)],
+            accelerator,
+            OnnxRuntimeOptions(1, 1),
+            HostBufferPool(1 << 30),
+            path.parent / "engines",
+        )
+        return lambda x: executor.execute([x])[0]
+
+    return make
 
 
 def engines() -> list[Engine]:
@@ -225,9 +259,10 @@ def engines() -> list[Engine]:
     try:
         import tensorrt  # noqa: F401
 
-        native_absent = "inferd's native TensorRT executor is not built yet (tensorrt is here)"
+        native_absent = no_gpu
     except ImportError:
         native_absent = "tensorrt not installed"
+    native = 'parameters { key: "inferd.executor" value { string_value: "tensorrt" } }'
     gpu_group = "instance_group [{ kind: KIND_GPU gpus: [0] }]"
     return [
         Engine(
@@ -249,7 +284,16 @@ def engines() -> list[Engine]:
             need("TensorrtExecutionProvider"),
             _inferd_executor(gpu0, GpuAccelerator("tensorrt", {"precision_mode": "FP16"})),
         ),
-        Engine("inferd native TensorRT", "fp16", None, native_absent, _not_built),
+        Engine(
+            "inferd native TensorRT", "fp32", f"{gpu_group} {native}", native_absent,
+            _native_tensorrt("fp32"),
+        ),
+        Engine(
+            "inferd native TensorRT", "fp16",
+            f'{gpu_group} {native} {trt} parameters {{ key: "precision_mode" value: "FP16" }} '
+            "}] } }",
+            native_absent, _native_tensorrt("fp16"),
+        ),
         Engine("PyTorch CUDA (raw)", "fp32", None, torch_absent, _torch_engine("fp32")),
         Engine("PyTorch CUDA (raw)", "tf32", None, torch_absent, _torch_engine("tf32")),
         Engine("PyTorch CUDA (raw)", "fp16", None, torch_absent, _torch_engine("fp16")),

@@ -96,7 +96,11 @@ def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('name: "other"', "names the model 'other'"),
-        ('platform: "tensorrt_plan"', "platform 'tensorrt_plan' .* needs the native TensorRT"),
+        ('platform: "tensorrt_plan"', "a tensorrt_plan config must list its inputs and outputs"),
+        (
+            'max_batch_size: 8 parameters { key: "inferd.executor" value { string_value: "tvm" } }',
+            "inferd.executor is 'tvm'",
+        ),
         (
             'max_batch_size: 8 input [{ name: "NOPE" data_type: TYPE_INT32 dims: [16] }]',
             "input 'NOPE'.*no such input",

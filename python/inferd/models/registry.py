@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -23,7 +25,8 @@ from inferd.batching import (
 )
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
-from inferd.executors import Executor, OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.executors import OnnxRuntimeOptions
+from inferd.executors.selection import create_executors
 from inferd.models.warmup import warm_up, warmup_samples
 from inferd.repository import (
     ModelRepository,
@@ -31,6 +34,8 @@ from inferd.repository import (
     gpu_accelerator,
     instance_placements,
     load_model_config,
+    model_filename,
+    stated_config,
 )
 
 log = structlog.get_logger(__name__)
@@ -93,6 +98,12 @@ def _specs(tensors: Any) -> list[TensorSpec]:
     ]
 
 
+def default_engine_cache_dir() -> Path:
+    """Where TensorRT engines built at load time are kept: $XDG_CACHE_HOME/inferd/engines."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "inferd" / "engines"
+
+
 def _log_freed(model: LoadedModel) -> None:
     log.info(
         "model version freed",
@@ -131,12 +142,14 @@ class ModelRegistry:
         *,
         default_max_batch_size: int,
         onnxruntime_options: OnnxRuntimeOptions,
+        engine_cache_dir: Path | None = None,
     ) -> None:
         self._repository = repository
         self._dispatcher = dispatcher
         self._pool = pool
         self._default_max_batch_size = default_max_batch_size
         self._ort_options = onnxruntime_options
+        self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
@@ -245,7 +258,8 @@ class ModelRegistry:
             raise ModelLoadError(f"model {name!r} has no numeric version folder")
         config_path = self._repository.config_path(name)
         # The newest version's model completes the config (Triton does the same).
-        newest_file = self._repository.model_file(name, available[-1])
+        stated = stated_config(config_path, override)
+        newest_file = self._repository.model_file(name, available[-1], model_filename(stated))
         config = load_model_config(
             name,
             config_path,
@@ -276,27 +290,23 @@ class ModelRegistry:
         return built
 
     def _load_version(self, name: str, version: int, config: Any) -> LoadedModel:
-        model_file = self._repository.model_file(name, version, config.default_model_filename)
+        model_file = self._repository.model_file(name, version, model_filename(config))
         policy = batching_policy(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
         placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
         accelerator = gpu_accelerator(config)
-        executors: list[Executor] = []
+        executors = create_executors(
+            config,
+            model_file,
+            placements,
+            accelerator,
+            options,
+            self._pool,
+            self._engine_cache_dir,
+        )
         try:
-            for placement in placements:
-                executors.append(
-                    OnnxRuntimeExecutor(
-                        model_file,
-                        [t.name for t in inputs],
-                        [t.name for t in outputs],
-                        options,
-                        placement=placement,
-                        accelerator=accelerator,
-                        host_pool=self._pool,
-                    )
-                )
             # Before the version is ready: every instance runs the config's warm-up samples.
             warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
         except BaseException:

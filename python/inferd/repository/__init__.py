@@ -4,7 +4,9 @@ from inferd.repository.config import (
     ModelConfig,
     batching_policy,
     load_model_config,
+    model_filename,
     parse_config_json,
+    stated_config,
 )
 from inferd.repository.instances import (
     GpuAccelerator,
@@ -23,5 +25,7 @@ __all__ = [
     "gpu_accelerator",
     "instance_placements",
     "load_model_config",
+    "model_filename",
     "parse_config_json",
+    "stated_config",
 ]

@@ -26,6 +26,10 @@ ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
 TENSORRT_PLATFORM = "tensorrt_plan"
 TENSORRT_BACKEND = "tensorrt"
+ONNX_FILE = "model.onnx"
+PLAN_FILE = "model.plan"
+# Config parameter: "tensorrt" builds an ONNX model into a TensorRT engine for KIND_GPU instances.
+EXECUTOR = "inferd.executor"
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,25 @@ def parse_config_json(text: str, source: str) -> Any:
     return config
 
 
+def stated_config(config_path: Path | None, override: Any | None = None) -> Any:
+    """The config as written (``override``, a load request's, replaces config.pbtxt), before
+    completion; an empty one without either."""
+    config = ModelConfig()
+    if override is not None:
+        config.CopyFrom(override)
+    elif config_path is not None:
+        config = parse_config_text(config_path.read_text(), str(config_path))
+    return config
+
+
+def model_filename(config: Any) -> str:
+    """The file a version folder holds for this config: its default_model_filename, else the
+    platform's (model.plan for TensorRT engines, model.onnx otherwise)."""
+    if config.default_model_filename:
+        return str(config.default_model_filename)
+    return PLAN_FILE if config.platform == TENSORRT_PLATFORM else ONNX_FILE
+
+
 def load_model_config(
     name: str,
     config_path: Path | None,
@@ -100,16 +123,12 @@ def load_model_config(
     override: Any | None = None,
     gpu_count: int = 0,
 ) -> Any:
-    """The completed, checked config of model ``name`` whose ONNX file is ``model_path``.
+    """The completed, checked config of model ``name`` whose model file is ``model_path``.
     ``override``, a ModelConfig, replaces config.pbtxt (a load request's config); ``gpu_count``,
-    the CUDA devices this process sees, decides where KIND_AUTO instances go."""
-    if override is not None:
-        config = ModelConfig()
-        config.CopyFrom(override)
-    elif config_path is not None:
-        config = parse_config_text(config_path.read_text(), str(config_path))
-    else:
-        config = ModelConfig()
+    the CUDA devices this process sees, decides where KIND_AUTO instances go. A TensorRT engine
+    (platform tensorrt_plan) is not read here: its config must state its inputs and outputs,
+    and the engine is checked against them when it is loaded on a GPU."""
+    config = stated_config(config_path, override)
     if config.name and config.name != name:
         raise ModelLoadError(
             f"model {name!r}: config.pbtxt names the model {config.name!r}; "
@@ -118,12 +137,35 @@ def load_model_config(
     config.name = name
     _check_supported(config)
     _check_platform(config)
-    inputs, outputs = read_onnx_signature(model_path)
-    _complete(config, inputs, outputs, default_max_batch_size)
+    if config.platform == TENSORRT_PLATFORM:
+        _check_stated_io(config)
+        _complete(config, [], [], default_max_batch_size)
+    else:
+        inputs, outputs = read_onnx_signature(model_path)
+        _complete(config, inputs, outputs, default_max_batch_size)
+        _check_against_model(config, inputs, outputs)
     resolve_instance_kinds(config, gpu_count)
     gpu_accelerator(config)  # checked here so that every load path refuses a bad one
-    _check_against_model(config, inputs, outputs)
+    executor = config.parameters[EXECUTOR].string_value if EXECUTOR in config.parameters else ""
+    if executor not in ("", "onnxruntime", "tensorrt"):
+        raise ModelLoadError(
+            f"model {name!r}: parameter {EXECUTOR} is {executor!r} (onnxruntime or tensorrt)"
+        )
     return config
+
+
+def _check_stated_io(config: Any) -> None:
+    if not config.input or not config.output:
+        raise ModelLoadError(
+            f"model {config.name!r}: a tensorrt_plan config must list its inputs and outputs "
+            "(inferd checks the engine against them when it loads it on a GPU)"
+        )
+    for tensor in (*config.input, *config.output):
+        if tensor.data_type not in BY_CONFIG_TYPE:
+            raise ModelLoadError(
+                f"model {config.name!r} tensor {tensor.name!r}: "
+                "config.pbtxt sets no valid data_type"
+            )
 
 
 # What config.pbtxt may set: whole subtrees, and single fields (paths through repeated fields
@@ -196,13 +238,8 @@ def _check_supported(config: Any) -> None:
 
 def _check_platform(config: Any) -> None:
     if config.platform == TENSORRT_PLATFORM or config.backend == TENSORRT_BACKEND:
-        # Parsed and understood; the native TensorRT executor is the GPU build's (inferd[gpu]).
-        raise ModelLoadError(
-            f"model {config.name!r}: platform {TENSORRT_PLATFORM!r} (a serialized TensorRT "
-            "engine) needs the native TensorRT executor, which this server does not have; "
-            f"serve the ONNX model with platform {ONNX_PLATFORM!r} and "
-            'gpu_execution_accelerator [{ name: "tensorrt" }] instead'
-        )
+        config.platform, config.backend = TENSORRT_PLATFORM, TENSORRT_BACKEND
+        return
     if config.platform and config.platform != ONNX_PLATFORM:
         raise ModelLoadError(
             f"model {config.name!r}: platform {config.platform!r} is not supported yet "

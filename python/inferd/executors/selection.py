@@ -1,0 +1,152 @@
+"""Which executor runs a model version's instances: ONNX Runtime (CPU, or CUDA/TensorRT providers
+on a GPU) by default; TensorRT itself for a serialized engine (platform tensorrt_plan) or when the
+config's ``inferd.executor`` parameter asks for it."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from inferd.errors import ModelLoadError
+from inferd.executors.base import Executor
+from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.executors.tensorrt import (
+    TensorRtExecutor,
+    build_engine,
+    cached_engine,
+    engine_cache_path,
+    optimization_profile,
+)
+from inferd.repository.config import EXECUTOR, TENSORRT_PLATFORM
+from inferd.repository.instances import GpuAccelerator, InstancePlacement
+
+DEVICE_POOL_BYTES = 256 << 20  # per GPU instance: its device buffers for inputs and outputs
+
+
+def wants_tensorrt(config: Any) -> bool:
+    executor = config.parameters[EXECUTOR].string_value if EXECUTOR in config.parameters else ""
+    return bool(config.platform == TENSORRT_PLATFORM or executor == "tensorrt")
+
+
+def create_executors(
+    config: Any,
+    model_file: Path,
+    placements: list[InstancePlacement],
+    accelerator: GpuAccelerator | None,
+    ort_options: OnnxRuntimeOptions,
+    host_pool: Any,
+    engine_cache_dir: Path,
+) -> list[Executor]:
+    """One executor per placement; on failure, the ones already made are closed."""
+    inputs = [t.name for t in config.input]
+    outputs = [t.name for t in config.output]
+    executors: list[Executor] = []
+    try:
+        if not wants_tensorrt(config):
+            for placement in placements:
+                executors.append(
+                    OnnxRuntimeExecutor(
+                        model_file,
+                        inputs,
+                        outputs,
+                        ort_options,
+                        placement=placement,
+                        accelerator=accelerator,
+                        host_pool=host_pool,
+                    )
+                )
+            return executors
+        cpu = [p.group for p in placements if not p.on_gpu]
+        if cpu:
+            raise ModelLoadError(
+                f"model {config.name!r}: TensorRT runs on KIND_GPU instances; groups {cpu} are CPU"
+            )
+        trt = _import_tensorrt(config.name)
+        engine = _engine_bytes(trt, config, model_file, accelerator, engine_cache_dir, placements)
+        from inferd.batching import CudaStream, DeviceBufferPool  # deferred: imports executors
+
+        for placement in placements:
+            stream = CudaStream(placement.device_id)
+            executors.append(
+                TensorRtExecutor(
+                    trt,
+                    engine,
+                    inputs,
+                    outputs,
+                    stream,
+                    DeviceBufferPool(placement.device_id, DEVICE_POOL_BYTES),
+                    host_pool,
+                )
+            )
+        return executors
+    except BaseException:
+        for executor in executors:
+            executor.close()
+        raise
+
+
+def _import_tensorrt(model: str) -> Any:
+    try:
+        return importlib.import_module("tensorrt")
+    except ImportError:
+        raise ModelLoadError(
+            f"model {model!r} needs TensorRT: the tensorrt package is not installed "
+            "(install inferd[gpu] on a machine with an NVIDIA GPU)"
+        ) from None
+
+
+def _engine_bytes(
+    trt: Any,
+    config: Any,
+    model_file: Path,
+    accelerator: GpuAccelerator | None,
+    cache_dir: Path,
+    placements: list[InstancePlacement],
+) -> bytes:
+    if config.platform == TENSORRT_PLATFORM:
+        return model_file.read_bytes()
+    parameters = accelerator.parameters if accelerator is not None else {}
+    fp16 = parameters.get("precision_mode") == "FP16"
+    workspace = (
+        int(parameters["max_workspace_size_bytes"])
+        if "max_workspace_size_bytes" in parameters
+        else None
+    )
+    profile = optimization_profile(
+        int(config.max_batch_size), list(config.dynamic_batching.preferred_batch_size)
+    )
+    onnx_bytes = model_file.read_bytes()
+    path = engine_cache_path(
+        cache_dir,
+        _gpu_name(placements[0].device_id),
+        str(trt.__version__),
+        onnx_bytes,
+        "fp16" if fp16 else "fp32",
+        profile,
+    )
+    inputs = [(t.name, tuple(int(d) for d in t.dims)) for t in config.input]
+    return cached_engine(
+        path,
+        lambda: build_engine(
+            trt,
+            onnx_bytes,
+            inputs,
+            profile,
+            batched=config.max_batch_size > 0,
+            fp16=fp16,
+            workspace_bytes=workspace,
+        ),
+    )
+
+
+def _gpu_name(device: int) -> str:
+    """The GPU's model name for the engine cache key (NVML, from the gpu extra)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(device))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # no NVML: still a key, shared by every GPU of this machine
+        return f"cuda-device-{device}"

@@ -1,0 +1,198 @@
+"""TensorRT itself, without ONNX Runtime: a serialized engine from the repository (platform
+``tensorrt_plan``, ``<version>/model.plan``) or an ONNX model built into an engine at load time
+(config parameter ``inferd.executor: "tensorrt"``), with one optimization profile covering batch
+1..max_batch_size (the largest preferred batch size as the optimum) and cached on disk under a
+key of GPU model, TensorRT version, precision, profile and the model's hash.
+
+Execution: inputs are copied into the core's device buffers on the instance's stream, bound by
+address (``set_tensor_address``), run with ``execute_async_v3`` on that stream, and outputs copied
+back into page-locked host arrays on it; only that stream is waited for. ``tensorrt`` is imported
+by the caller and passed in, so that the logic here is tested with a stand-in on machines
+without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import Internal, InvalidArgument, ModelLoadError
+
+PLAN_FILE = "model.plan"
+EXECUTOR_PARAMETER = "inferd.executor"  # "tensorrt": build the ONNX model into an engine
+
+
+def optimization_profile(max_batch_size: int, preferred: list[int]) -> tuple[int, int, int]:
+    """(min, opt, max) batch sizes: 1..max_batch_size, the largest preferred size as optimum."""
+    if max_batch_size <= 0:
+        return 1, 1, 1
+    opt = max((p for p in preferred if 1 <= p <= max_batch_size), default=max_batch_size)
+    return 1, opt, max_batch_size
+
+
+def profile_shapes(
+    name: str, dims: tuple[int, ...], profile: tuple[int, int, int], batched: bool
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The input's min/opt/max shapes for the profile. Variable non-batch dims would need ranges
+    the config cannot state: refused."""
+    if any(d < 0 for d in dims):
+        raise ModelLoadError(
+            f"input {name!r} has a variable dim {list(dims)}: a TensorRT build needs fixed "
+            "non-batch dims (use platform onnxruntime_onnx for it)"
+        )
+    if not batched:
+        return dims, dims, dims
+    low, opt, high = profile
+    return (low, *dims), (opt, *dims), (high, *dims)
+
+
+def engine_cache_path(
+    cache_dir: Path,
+    gpu_name: str,
+    tensorrt_version: str,
+    model_bytes: bytes,
+    precision: str,
+    profile: tuple[int, int, int],
+) -> Path:
+    """Where an engine built from ``model_bytes`` for this GPU, TensorRT, precision and profile
+    is kept: any change of them is another file, never a stale engine."""
+    digest = hashlib.sha256(model_bytes).hexdigest()[:24]
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", gpu_name).strip("-") or "gpu"
+    low, opt, high = profile
+    return cache_dir / f"{gpu}-trt{tensorrt_version}-{precision}-b{low}-{opt}-{high}-{digest}.plan"
+
+
+def build_engine(
+    trt: Any,
+    onnx_bytes: bytes,
+    inputs: list[tuple[str, tuple[int, ...]]],
+    profile: tuple[int, int, int],
+    *,
+    batched: bool,
+    fp16: bool,
+    workspace_bytes: int | None,
+) -> bytes:
+    """A serialized engine for the ONNX model (TensorRT 10 networks are explicit-batch)."""
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(onnx_bytes):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ModelLoadError(f"TensorRT cannot parse the ONNX model: {errors}")
+    config = builder.create_builder_config()
+    if fp16:
+        config.set_flag(trt.BuilderFlag.FP16)
+    if workspace_bytes:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
+    optimization = builder.create_optimization_profile()
+    for name, dims in inputs:
+        optimization.set_shape(name, *profile_shapes(name, dims, profile, batched))
+    config.add_optimization_profile(optimization)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise ModelLoadError("TensorRT could not build an engine for the model (see its log)")
+    return bytes(serialized)
+
+
+def cached_engine(path: Path, build: Any) -> bytes:
+    """The engine at ``path``, or ``build()``'s, written there atomically for the next load."""
+    if path.is_file():
+        return path.read_bytes()
+    engine = bytes(build())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_bytes(engine)
+    partial.replace(path)
+    return engine
+
+
+class TensorRtExecutor:
+    """One TensorRT execution context on one instance stream. See ``Executor``."""
+
+    def __init__(
+        self,
+        trt: Any,
+        engine_bytes: bytes,
+        input_names: list[str],
+        output_names: list[str],
+        stream: Any,
+        device_pool: Any,
+        host_pool: Any,
+    ) -> None:
+        from inferd.batching import pinned_array  # deferred: batching imports executors.base
+
+        self._pinned_array = pinned_array
+        self._trt = trt
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self._engine = runtime.deserialize_cuda_engine(engine_bytes)
+        if self._engine is None:
+            raise ModelLoadError(
+                "TensorRT cannot deserialize the engine (built for another GPU or TensorRT?)"
+            )
+        io = {
+            self._engine.get_tensor_name(i): self._engine.get_tensor_mode(
+                self._engine.get_tensor_name(i)
+            )
+            for i in range(self._engine.num_io_tensors)
+        }
+        for names, mode, kind in (
+            (input_names, trt.TensorIOMode.INPUT, "input"),
+            (output_names, trt.TensorIOMode.OUTPUT, "output"),
+        ):
+            missing = [n for n in names if io.get(n) != mode]
+            if missing:
+                raise ModelLoadError(
+                    f"the engine has no {kind}(s) {missing}; its tensors are {sorted(io)}"
+                )
+        self._context = self._engine.create_execution_context()
+        self._input_names = input_names
+        self._output_names = output_names
+        self._stream = stream
+        self._device_pool = device_pool
+        self._host_pool = host_pool
+
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        leased = []  # device buffers alive until the stream has passed them
+        for name, array in zip(self._input_names, inputs, strict=True):
+            if array is None:
+                raise InvalidArgument(f"input {name!r}: TensorRT engines take every input")
+            array = np.ascontiguousarray(array)
+            buffer = self._device_pool.lease(max(array.nbytes, 1))
+            leased.append(buffer)
+            self._stream.copy_to_device(buffer.ptr, array)
+            if not self._context.set_input_shape(name, tuple(array.shape)):
+                raise InvalidArgument(
+                    f"input {name!r}: shape {list(array.shape)} is outside the engine's profile"
+                )
+            self._context.set_tensor_address(name, buffer.ptr)
+        outputs: list[tuple[Any, tuple[int, ...], np.dtype[Any]]] = []
+        for name in self._output_names:
+            shape = tuple(int(d) for d in self._context.get_tensor_shape(name))
+            dtype = np.dtype(self._trt.nptype(self._engine.get_tensor_dtype(name)))
+            buffer = self._device_pool.lease(max(int(np.prod(shape)) * dtype.itemsize, 1))
+            leased.append(buffer)
+            self._context.set_tensor_address(name, buffer.ptr)
+            outputs.append((buffer, shape, dtype))
+        if not self._context.execute_async_v3(self._stream.handle):
+            raise Internal("TensorRT failed to enqueue the batch")
+        results = []
+        for buffer, shape, dtype in outputs:
+            size = int(np.prod(shape)) * dtype.itemsize
+            host = self._pinned_array(self._host_pool, max(size, 1))[:size]
+            out = host.view(dtype).reshape(shape)
+            if size:
+                self._stream.copy_to_host(out, buffer.ptr)
+            results.append(out)
+        self._stream.synchronize()  # this instance's stream only
+        del leased
+        return results
+
+    def close(self) -> None:
+        del self._context
+        del self._engine
