@@ -24,7 +24,24 @@ Status status_from_exception(py::error_already_set& error) {
 }  // namespace
 
 PythonExecutor::PythonExecutor(py::handle executor, std::vector<DataType> output_types)
-    : execute_(hold_reference(executor.attr("execute"))), output_types_(std::move(output_types)) {}
+    : execute_(hold_reference(executor.attr("execute"))),
+      stage_(py::hasattr(executor, "stage") ? hold_reference(executor.attr("stage")) : nullptr),
+      output_types_(std::move(output_types)) {}
+
+Status PythonExecutor::stage(const std::vector<Tensor>& inputs) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::list arrays;
+    for (const Tensor& input : inputs) arrays.append(executor_array(input));
+    py::handle method(static_cast<PyObject*>(const_cast<void*>(stage_.get())));
+    method(arrays);
+    return Status::Ok();
+  } catch (py::error_already_set& error) {
+    return status_from_exception(error);
+  } catch (const std::exception& error) {
+    return Status::Error(StatusCode::kInternal, error.what());
+  }
+}
 
 Status PythonExecutor::execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) {
   py::gil_scoped_acquire gil;

@@ -15,16 +15,20 @@ namespace py = pybind11;
 // (the ONNX Runtime executor). Called from a core worker thread: it takes the GIL for the call
 // only; the Python executor is expected to release it while it computes (ONNX Runtime does).
 // Errors raised by the Python executor become its status: the exception's integer `code`
-// attribute when it names a StatusCode, else INTERNAL.
+// attribute when it names a StatusCode, else INTERNAL. An object that also has
+// `stage(list[ndarray]) -> None` is a pipelined executor (see Executor::stage).
 class PythonExecutor : public Executor {
  public:
   // Requires the GIL. `output_types` is the model's output datatypes, in output order.
   PythonExecutor(py::handle executor, std::vector<DataType> output_types);
 
   Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
+  bool pipelined() const override { return stage_ != nullptr; }
+  Status stage(const std::vector<Tensor>& inputs) override;
 
  private:
   std::shared_ptr<const void> execute_;  // the bound method, released under the GIL
+  std::shared_ptr<const void> stage_;    // null when the executor has no stage()
   std::vector<DataType> output_types_;
 };
 

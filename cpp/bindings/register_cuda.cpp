@@ -59,6 +59,27 @@ void register_cuda(py::module_& m) {
           "synchronize", [](CudaStream& stream) { raise_unless_ok(stream.synchronize()); },
           py::call_guard<py::gil_scoped_release>(), "Wait for this stream's work (not the whole device).");
 
+  py::class_<CudaEvent, std::shared_ptr<CudaEvent>>(m, "CudaEvent")
+      .def(py::init<int>(), py::arg("device"), "An event on `device` (-1 or no CUDA: the host clock).")
+      .def(
+          "record", [](CudaEvent& e, const CudaStream& s) { raise_unless_ok(e.record(s)); }, py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>(), "Mark this point of `stream`'s work.")
+      .def(
+          "make_wait", [](const CudaEvent& e, const CudaStream& s) { raise_unless_ok(e.make_wait(s)); },
+          py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+          "Work queued on `stream` from now on starts after this event (no host wait).")
+      .def(
+          "synchronize", [](CudaEvent& e) { raise_unless_ok(e.synchronize()); },
+          py::call_guard<py::gil_scoped_release>(), "Wait for the recorded point.")
+      .def_static(
+          "elapsed_ms",
+          [](const CudaEvent& start, const CudaEvent& end) {
+            float ms = 0;
+            raise_unless_ok(CudaEvent::elapsed_ms(start, end, &ms));
+            return ms;
+          },
+          py::arg("start"), py::arg("end"));
+
   py::class_<DeviceBufferPool::Buffer, std::shared_ptr<DeviceBufferPool::Buffer>>(m, "DeviceBuffer")
       .def_property_readonly("ptr", [](const DeviceBufferPool::Buffer& b) { return reinterpret_cast<uintptr_t>(b.data); })
       .def_property_readonly("size", [](const DeviceBufferPool::Buffer& b) { return b.size; });

@@ -1,6 +1,8 @@
 #include "inferd/scheduler.h"
 
+#include <condition_variable>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -15,6 +17,48 @@ uint64_t ns_since(Clock::time_point t, Clock::time_point now) {
 
 }  // namespace
 
+// A batch taken from the batcher with its inputs gathered (and, for a pipelined executor, staged).
+struct Scheduler::StagedBatch {
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  std::vector<Tensor> inputs;
+  BatchTimeline timeline;
+  Status status;  // not ok: gathering or staging failed; the requests are failed with it
+};
+
+// The handoff between a pipelined instance's stager thread and its worker: holds at most one
+// staged batch, so the stager runs one batch ahead. Thread-safe.
+class Scheduler::StagedBatchSlot {
+ public:
+  // Blocks while a batch is waiting (the worker takes every batch, so it returns).
+  void put(StagedBatch&& batch) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !batch_; });
+    batch_ = std::move(batch);
+    changed_.notify_all();
+  }
+  // Blocks until a batch is there (true) or the stager has finished and nothing is left (false).
+  bool take(StagedBatch* out) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return batch_ || finished_; });
+    if (!batch_) return false;
+    *out = std::move(*batch_);
+    batch_.reset();
+    changed_.notify_all();
+    return true;
+  }
+  void finish() {  // the stager has nothing more
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<StagedBatch> batch_;  // guarded by mutex_
+  bool finished_ = false;             // guarded by mutex_
+};
+
 Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
                      std::shared_ptr<CompletionQueue> completions, std::shared_ptr<PinnedBufferPool> pool)
     : options_(std::move(options)),
@@ -24,8 +68,13 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       batcher_(options_.batching) {
   workers_.reserve(instances_.size());
   for (size_t i = 0; i < instances_.size(); ++i) {
-    workers_.emplace_back(
-        [this, executor = instances_[i].get(), i] { run_instance(executor, static_cast<uint32_t>(i)); });
+    Executor* executor = instances_[i].get();
+    const auto instance = static_cast<uint32_t>(i);
+    if (executor->pipelined()) {
+      workers_.emplace_back([this, executor, instance] { run_pipelined_instance(executor, instance); });
+    } else {
+      workers_.emplace_back([this, executor, instance] { run_instance(executor, instance); });
+    }
   }
 }
 
@@ -71,32 +120,71 @@ void Scheduler::run_instance(Executor* executor, uint32_t instance) {
   while (batcher_.next_batch(&batch, &rejected)) {
     for (auto& [request, status] : rejected) fail(std::move(request), status);
     rejected.clear();
-    if (!batch.empty()) execute_batch(executor, instance, &batch);
+    if (batch.empty()) continue;
+    StagedBatch staged = stage_batch(executor, &batch);
+    execute_batch(executor, instance, &staged);
     batch.clear();
   }
 }
 
-void Scheduler::execute_batch(Executor* executor, uint32_t instance,
-                              std::vector<std::unique_ptr<InferenceRequest>>* batch) {
-  BatchTimeline timeline;
-  timeline.start = Clock::now();
-  Status status;
-  std::vector<std::vector<Tensor>> per_request;
-  try {
-    std::vector<Tensor> inputs = gather_inputs(*batch, pool_.get(), options_.batching.padding);
-    timeline.input_done = Clock::now();
-    std::vector<Tensor> outputs;
-    status = executor->execute(inputs, &outputs);
-    timeline.infer_done = Clock::now();
-    if (status.ok()) {
-      status = scatter_outputs(outputs, *batch, options_.batching.padding, pool_.get(), &per_request);
+void Scheduler::run_pipelined_instance(Executor* executor, uint32_t instance) {
+  StagedBatchSlot slot;
+  // The stager takes and stages batch N+1 while this thread computes batch N. It ends once the
+  // batcher is closed and empty, so this thread, which drains the slot, answers everything.
+  std::thread stager([&] {
+    std::vector<std::unique_ptr<InferenceRequest>> batch;
+    std::vector<Rejection> rejected;
+    while (batcher_.next_batch(&batch, &rejected)) {
+      for (auto& [request, status] : rejected) fail(std::move(request), status);
+      rejected.clear();
+      if (batch.empty()) continue;
+      slot.put(stage_batch(executor, &batch));
+      batch.clear();
     }
-    timeline.output_done = Clock::now();
+    slot.finish();
+  });
+  StagedBatch staged;
+  while (slot.take(&staged)) execute_batch(executor, instance, &staged);
+  stager.join();
+}
+
+Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
+                                              std::vector<std::unique_ptr<InferenceRequest>>* batch) {
+  StagedBatch staged;
+  staged.requests = std::move(*batch);
+  staged.timeline.start = Clock::now();
+  try {
+    staged.inputs = gather_inputs(staged.requests, pool_.get(), options_.batching.padding);
+    if (executor->pipelined()) staged.status = executor->stage(staged.inputs);
   } catch (const std::exception& e) {
-    status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
+    staged.status = Status::Error(StatusCode::kInternal, std::string("batch assembly failed: ") + e.what());
   }
+  staged.timeline.input_done = Clock::now();
+  return staged;
+}
+
+void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
+  auto* batch = &staged->requests;
+  BatchTimeline& timeline = staged->timeline;
+  Status status = staged->status;
+  std::vector<std::vector<Tensor>> per_request;
+  if (status.ok()) {
+    try {
+      std::vector<Tensor> outputs;
+      status = executor->execute(staged->inputs, &outputs);
+      timeline.infer_done = Clock::now();
+      if (status.ok()) {
+        status = scatter_outputs(outputs, *batch, options_.batching.padding, pool_.get(), &per_request);
+      }
+      timeline.output_done = Clock::now();
+    } catch (const std::exception& e) {
+      status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
+    }
+  }
+  staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
   if (!status.ok()) {
     for (auto& request : *batch) fail(std::move(request), status);
+    batch->clear();
     return;
   }
   statistics_.record_batch(*batch, timeline);

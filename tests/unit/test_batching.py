@@ -138,3 +138,51 @@ async def test_malformed_input_is_refused_at_submit() -> None:
         await scheduler.infer([(INT32, (1, 4), b"\x00" * 15)], 1)
     await scheduler.close()
     dispatcher.close()
+
+
+class PipelinedDoubler(Doubler):
+    """A pipelined executor: stage() (on the core's stager thread) and execute() each take 20 ms;
+    records which thread staged and when, and fails a staged batch holding 13."""
+
+    def __init__(self) -> None:
+        super().__init__(delay=0.02)
+        self.staged: list[float] = []
+        self.executed: list[tuple[float, float]] = []
+        self.stage_threads: set[int] = set()
+        self.execute_threads: set[int] = set()
+
+    def stage(self, inputs: list[np.ndarray]) -> None:
+        self.stage_threads.add(threading.get_ident())
+        if int(inputs[0].flat[0]) == 13:
+            raise InvalidArgument("cannot stage 13")
+        time.sleep(0.02)
+        self.staged.append(time.monotonic())
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.execute_threads.add(threading.get_ident())
+        begin = time.monotonic()
+        result = super().execute(inputs)
+        self.executed.append((begin, time.monotonic()))
+        return result
+
+
+async def test_a_pipelined_executor_stages_the_next_batch_on_another_thread() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    executor = PipelinedDoubler()
+    scheduler = make_scheduler(dispatcher, [executor], max_batch_size=8)  # no dynamic batching
+    values = [np.full((1, 3), i, dtype=np.int32) for i in (1, 2, 13, 4, 5, 6)]
+    results = await asyncio.gather(
+        *(scheduler.infer([(INT32, v.shape, v)], 1) for v in values), return_exceptions=True
+    )
+    for value, result in zip(values, results, strict=True):
+        if int(value.flat[0]) == 13:
+            assert isinstance(result, InvalidArgument) and "cannot stage 13" in str(result)
+        else:
+            assert not isinstance(result, BaseException)
+            np.testing.assert_array_equal(result[0][0][2], value * 2)
+    assert executor.calls == 5  # the batch that failed to stage was not executed
+    assert executor.stage_threads.isdisjoint(executor.execute_threads)
+    # Some batch was staged while another one computed.
+    assert any(b < s < e for s in executor.staged for b, e in executor.executed)
+    await scheduler.close()
+    dispatcher.close()

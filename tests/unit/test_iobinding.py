@@ -73,3 +73,16 @@ def test_pinned_arrays_and_stand_in_copies() -> None:
     stream.synchronize()
     np.testing.assert_array_equal(host, source)
     assert device.stats()["allocations"] == 1 and not device.stats()["on_device"]
+
+
+def test_a_staged_batch_is_the_one_executed_next(repository: Path) -> None:
+    run, session = runner(repository / "mlp" / "1" / "model.onnx", ["OUTPUT0"])
+    rng = np.random.default_rng(2)
+    batches = [rng.standard_normal((rows, 512)).astype(np.float32) for rows in (2, 3)]
+    for x in batches:  # the core's stager runs one batch ahead of execute
+        run.stage([("INPUT0", x)])
+    assert run._stager.pending() == 2
+    for x in batches:
+        (got,) = run.run([("INPUT0", x)])
+        np.testing.assert_array_equal(got, session.run(["OUTPUT0"], {"INPUT0": x})[0])
+    assert run._stager.pending() == 0

@@ -186,3 +186,16 @@ def test_a_plan_config_loads_here_and_its_executor_asks_for_a_gpu(tmp_path: Path
             config, tmp_path, [InstancePlacement("plan_0")], None, None,  # type: ignore[arg-type]
             HostBufferPool(1 << 20), tmp_path,
         )  # fmt: skip
+
+
+def test_staged_batches_execute_in_staging_order() -> None:
+    executor = make_executor()
+    a = np.ones((2, 4), dtype=np.float32)
+    b = np.full((1, 4), 3, dtype=np.float32)
+    executor.stage([a])
+    executor.stage([b])
+    np.testing.assert_array_equal(executor.execute([a])[0], 2 * a)
+    np.testing.assert_array_equal(executor.execute([b])[0], 2 * b)
+    executor.stage([a])
+    with pytest.raises(Internal, match="not the one staged next"):
+        executor.execute([b])

@@ -8,11 +8,23 @@
 namespace inferd {
 
 // Runs one model instance on one batch. Implemented by the binding (executors written in Python:
-// ONNX Runtime) and, later, by native executors. One executor serves one worker thread at a time,
-// so implementations need not be thread-safe.
+// ONNX Runtime, TensorRT). One executor serves one worker thread at a time, so implementations need
+// not be thread-safe, except that a pipelined executor's stage() runs on a second thread,
+// concurrently with execute().
 class Executor {
  public:
   virtual ~Executor() = default;
+
+  // Pipelined executors (on a GPU) take a batch in two steps, so that the copies of batch N+1 to
+  // the device overlap the computation of batch N (double buffering): stage() queues the copies of
+  // the inputs and returns without waiting for them; execute() later computes that batch, with the
+  // same inputs. The scheduler calls execute() for staged batches in staging order, at most one
+  // batch ahead. A failed stage() is not followed by execute() for that batch.
+  virtual bool pipelined() const { return false; }
+  virtual Status stage(const std::vector<Tensor>& inputs) {
+    (void)inputs;
+    return Status::Ok();
+  }
 
   // Computes every model output for `inputs` (model input order, batch along dim 0 when the model
   // batches). On success fills `outputs` in model output order; the tensors' owners keep their

@@ -26,7 +26,9 @@ struct SchedulerOptions {
 // Runs one model version: its DynamicBatcher and one worker thread per executor instance. Each
 // worker, when free, takes the next batch from the batcher, gathers its inputs into a buffer from
 // the pinned pool, runs its executor, scatters the outputs back per request and completes them.
-// With several instances, one assembles its batch while another computes.
+// With several instances, one assembles its batch while another computes. A pipelined executor
+// (Executor::pipelined) also gets a stager thread, which takes, gathers and stages batch N+1
+// while the worker computes batch N; the two meet in a one-batch handoff.
 //
 // Invariants: every request accepted by submit() gets exactly one completion - computed, failed,
 // expired, cancelled or rejected at shutdown; each executor is used by one worker thread only;
@@ -66,8 +68,12 @@ class Scheduler {
   size_t instance_count() const { return instances_.size(); }
 
  private:
+  struct StagedBatch;
+  class StagedBatchSlot;
   void run_instance(Executor* executor, uint32_t instance);
-  void execute_batch(Executor* executor, uint32_t instance, std::vector<std::unique_ptr<InferenceRequest>>* batch);
+  void run_pipelined_instance(Executor* executor, uint32_t instance);
+  StagedBatch stage_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);
+  void execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
   void complete(Completion&& completion, uint64_t sequence);
 

@@ -10,7 +10,13 @@ from inferd.batching.core import (
     cuda_device_count,
     cuda_runtime_description,
 )
-from inferd.batching.cuda import CudaStream, DeviceBuffer, DeviceBufferPool, pinned_array
+from inferd.batching.cuda import (
+    CudaEvent,
+    CudaStream,
+    DeviceBuffer,
+    DeviceBufferPool,
+    pinned_array,
+)
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -19,6 +25,7 @@ __all__ = [
     "CoreResult",
     "CoreTensor",
     "CoreTiming",
+    "CudaEvent",
     "CudaStream",
     "DeviceBuffer",
     "DeviceBufferPool",

@@ -9,6 +9,7 @@ import numpy as np
 import inferd._core as _core
 from inferd.batching.core import HostBufferPool
 
+CudaEvent = _core.CudaEvent
 CudaStream = _core.CudaStream
 DeviceBuffer = _core.DeviceBuffer
 DeviceBufferPool = _core.DeviceBufferPool

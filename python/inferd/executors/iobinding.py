@@ -2,10 +2,11 @@
 
 Each instance owns a CUDA stream (the core's ``CudaStream``) that ONNX Runtime also computes on
 (``user_compute_stream``). A batch's inputs, already gathered by the core in page-locked host
-memory, are copied into the instance's device buffers on that stream and bound with IOBinding;
-ONNX Runtime allocates the outputs on the device; they are copied back into page-locked host
-arrays on the same stream, and only that stream is waited for. Stream order alone sequences copy,
-compute and copy back: the run is told not to synchronise the providers.
+memory, are copied into the instance's device buffers on a copy stream one batch ahead
+(``stage``, see ``inferd.executors.staging``) and bound with IOBinding; ONNX Runtime allocates
+the outputs on the device; they are copied back into page-locked host arrays on the compute
+stream, and only that stream is waited for. Events and stream order sequence copy, compute and
+copy back: the run is told not to synchronise the providers.
 
 Without CUDA the core's stream and buffers are host stand-ins and the same code binds CPU memory,
 which is how CI tests it.
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from inferd.batching import CudaStream, DeviceBuffer, DeviceBufferPool, HostBufferPool, pinned_array
+from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool, pinned_array
 from inferd.errors import InvalidArgument
+from inferd.executors.staging import InputStager
 
 # ONNX Runtime's tensor type names -> numpy dtypes, for outputs it allocated on the device.
 _ORT_NUMPY = {
@@ -51,7 +53,7 @@ class IoBindingRunner:
     ) -> None:
         self._session = session
         self._stream = stream
-        self._device_pool = device_pool
+        self._stager = InputStager(stream.device, device_pool, stream)
         self._host_pool = host_pool
         self._output_names = output_names
         self._device_type = "cuda" if stream.on_device else "cpu"
@@ -60,16 +62,14 @@ class IoBindingRunner:
         # Our stream orders the copy back after the compute; a provider-wide sync is not needed.
         self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
+    def stage(self, feeds: list[tuple[str, np.ndarray]]) -> None:
+        """Queues the copies of a batch's inputs one batch ahead (the core's stager thread)."""
+        self._stager.stage(feeds)
+
     def run(self, feeds: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
         binding = self._session.io_binding()
-        leased: list[DeviceBuffer] = []  # alive until the stream has passed the copies
-        for name, array in feeds:
-            array = np.ascontiguousarray(array)
-            if array.dtype == object:
-                raise InvalidArgument(f"input {name!r}: BYTES tensors cannot run on a GPU instance")
-            buffer = self._device_pool.lease(max(array.nbytes, 1))
-            leased.append(buffer)
-            self._stream.copy_to_device(buffer.ptr, array)
+        staged = self._stager.take(feeds)  # alive until the stream has passed the copies
+        for name, array, buffer in zip(staged.names, staged.arrays, staged.buffers, strict=True):
             binding.bind_input(
                 name, self._device_type, self._device_id, array.dtype, list(array.shape), buffer.ptr
             )
@@ -93,5 +93,5 @@ class IoBindingRunner:
                 self._stream.copy_to_host(out, value.data_ptr())
             results.append(out)
         self._stream.synchronize()  # this instance's stream only
-        del values, leased
+        del values, staged
         return results

@@ -176,6 +176,14 @@ class OnnxRuntimeExecutor:
             self._gpu = _gpu_runner(
                 ort, self._session, stream, host_pool, output_names, types, device_pool_bytes
             )
+            # Only a GPU instance is pipelined: the core looks for a `stage` attribute.
+            self.stage = self._stage_on_gpu
+
+    def _stage_on_gpu(self, inputs: list[np.ndarray | None]) -> None:
+        assert self._gpu is not None
+        self._gpu.stage(
+            [(n, a) for n, a in zip(self._input_names, inputs, strict=True) if a is not None]
+        )
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         # An optional input left out (None) is not fed: the model's initializer stands in.

@@ -151,21 +151,31 @@ class TensorRtExecutor:
                     f"the engine has no {kind}(s) {missing}; its tensors are {sorted(io)}"
                 )
         self._context = self._engine.create_execution_context()
+        from inferd.executors.staging import InputStager
+
         self._input_names = input_names
         self._output_names = output_names
         self._stream = stream
+        self._stager = InputStager(stream.device, device_pool, stream)
         self._device_pool = device_pool
         self._host_pool = host_pool
 
-    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-        leased = []  # device buffers alive until the stream has passed them
+    def stage(self, inputs: list[np.ndarray | None]) -> None:
+        """Queues the copies of a batch's inputs one batch ahead (the core's stager thread)."""
+        self._stager.stage(self._feeds(inputs))
+
+    def _feeds(self, inputs: list[np.ndarray | None]) -> list[tuple[str, np.ndarray]]:
+        feeds = []
         for name, array in zip(self._input_names, inputs, strict=True):
             if array is None:
                 raise InvalidArgument(f"input {name!r}: TensorRT engines take every input")
-            array = np.ascontiguousarray(array)
-            buffer = self._device_pool.lease(max(array.nbytes, 1))
-            leased.append(buffer)
-            self._stream.copy_to_device(buffer.ptr, array)
+            feeds.append((name, array))
+        return feeds
+
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        staged = self._stager.take(self._feeds(inputs))  # alive until the stream has passed it
+        leased = []  # output buffers, likewise
+        for name, array, buffer in zip(staged.names, staged.arrays, staged.buffers, strict=True):
             if not self._context.set_input_shape(name, tuple(array.shape)):
                 raise InvalidArgument(
                     f"input {name!r}: shape {list(array.shape)} is outside the engine's profile"
@@ -190,7 +200,7 @@ class TensorRtExecutor:
                 self._stream.copy_to_host(out, buffer.ptr)
             results.append(out)
         self._stream.synchronize()  # this instance's stream only
-        del leased
+        del leased, staged
         return results
 
     def close(self) -> None:
