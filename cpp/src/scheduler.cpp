@@ -113,17 +113,23 @@ void Scheduler::shutdown(ShutdownMode mode) {
   workers_.clear();
 }
 
-void Scheduler::run_instance(Executor* executor, uint32_t instance) {
-  std::vector<std::unique_ptr<InferenceRequest>> batch;
+bool Scheduler::take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch) {
+  batch->clear();
   std::vector<Rejection> rejected;
   // next_batch returns false only once the batcher is closed and empty: nothing accepted is left.
-  while (batcher_.next_batch(&batch, &rejected)) {
+  while (batcher_.next_batch(batch, &rejected)) {
     for (auto& [request, status] : rejected) fail(std::move(request), status);
     rejected.clear();
-    if (batch.empty()) continue;
+    if (!batch->empty()) return true;
+  }
+  return false;
+}
+
+void Scheduler::run_instance(Executor* executor, uint32_t instance) {
+  std::vector<std::unique_ptr<InferenceRequest>> batch;
+  while (take_batch(&batch)) {
     StagedBatch staged = stage_batch(executor, &batch);
     execute_batch(executor, instance, &staged);
-    batch.clear();
   }
 }
 
@@ -133,14 +139,7 @@ void Scheduler::run_pipelined_instance(Executor* executor, uint32_t instance) {
   // batcher is closed and empty, so this thread, which drains the slot, answers everything.
   std::thread stager([&] {
     std::vector<std::unique_ptr<InferenceRequest>> batch;
-    std::vector<Rejection> rejected;
-    while (batcher_.next_batch(&batch, &rejected)) {
-      for (auto& [request, status] : rejected) fail(std::move(request), status);
-      rejected.clear();
-      if (batch.empty()) continue;
-      slot.put(stage_batch(executor, &batch));
-      batch.clear();
-    }
+    while (take_batch(&batch)) slot.put(stage_batch(executor, &batch));
     slot.finish();
   });
   StagedBatch staged;

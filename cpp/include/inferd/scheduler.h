@@ -70,6 +70,8 @@ class Scheduler {
  private:
   struct StagedBatch;
   class StagedBatchSlot;
+  // The next non-empty batch (rejections answered on the way); false once the batcher has ended.
+  bool take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void run_instance(Executor* executor, uint32_t instance);
   void run_pipelined_instance(Executor* executor, uint32_t instance);
   StagedBatch stage_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);

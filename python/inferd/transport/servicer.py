@@ -94,7 +94,10 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        metadata = context.invocation_metadata()
+        return await self._infer(request, context, context.invocation_metadata())
+
+    async def _infer(self, request: Any, context: grpc.aio.ServicerContext, metadata: Any) -> Any:
+        """One ModelInferRequest -> its ModelInferResponse, observed (span, metrics, log)."""
         with self._telemetry.request(request.model_name, metadata) as observed:
             with observed.stage("decode"):
                 decoded = codec.decode_infer_request(request)
@@ -123,14 +126,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
         async def answer(request: Any) -> None:
             try:
-                with self._telemetry.request(request.model_name, metadata_pairs) as observed:
-                    with observed.stage("decode"):
-                        decoded = codec.decode_infer_request(request)
-                    response = await self._dataplane.infer(
-                        decoded, deadline_s=context.time_remaining(), observed=observed
-                    )
-                    with observed.stage("encode"):
-                        encoded = codec.encode_infer_response(response)
+                encoded = await self._infer(request, context, metadata_pairs)
                 await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
             except Exception as e:
                 await answers.put((e, request.id))
