@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +34,8 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+import harness  # benchmarks/ is on sys.path when a script here runs
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCHES = (1, 8, 32, 64)
@@ -333,24 +334,14 @@ def served_rows_per_s(
     (folder / "config.pbtxt").write_text(
         f"max_batch_size: 64 dynamic_batching {{ }}\n{engine.served_config}\n"
     )
-    log = repository / f"server-{model.name}.log"
-    command = [
-        sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository),
-        "--model-control-mode", "explicit", "--load-model", folder.name, "--grpc-port", "0",
-        "--host", "127.0.0.1", "--metrics-port", "-1", "--log-format", "json",
-    ]  # fmt: skip
-    with log.open("wb") as sink:
-        server = subprocess.Popen(command, stdout=sink, stderr=sink)
-    try:
-        port = None
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline and server.poll() is None:
-            for line in log.read_text(errors="replace").splitlines():
-                if '"server started"' in line:
-                    port = json.loads(line)["port"]
-            time.sleep(0.1)
-        if port is None:
-            raise RuntimeError(f"server did not start: {log.read_text()[-2000:]}")
+    command = harness.inferd_command(
+        sys.executable,
+        repository,
+        ["--model-control-mode", "explicit", "--load-model", folder.name, "--metrics-port", "-1"],
+    )
+    server = harness.start_server(command, repository / f"server-{model.name}.log", timeout=120)
+    port = server.port
+    with harness.running(server):
         x = np.random.default_rng(0).standard_normal((batch, *model.input_shape)).astype(np.float32)
         request = pb.ModelInferRequest(model_name=folder.name, raw_input_contents=[x.tobytes()])
         request.inputs.add(name="INPUT0", datatype="FP32", shape=list(x.shape))
@@ -373,9 +364,6 @@ def served_rows_per_s(
         for thread in threads:
             thread.join()
         return sum(rows) / seconds
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd._proto import POOL
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.batching import CompletionDispatcher, HostBufferPool, cuda_runtime_description
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
@@ -123,7 +123,7 @@ async def create_server(
         "batch buffer pool",
         bytes=settings.pinned_memory_pool_byte_size,
         pinned=pool.stats()["pinned"],
-        cuda=HostBufferPool.cuda_runtime(),
+        cuda=cuda_runtime_description(),
     )
     repository = ModelRepository(settings.model_repository)
     registry = ModelRegistry(

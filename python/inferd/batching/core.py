@@ -134,11 +134,6 @@ class HostBufferPool:
     def stats(self) -> dict[str, int | bool]:
         return self.core.stats()
 
-    @staticmethod
-    def cuda_runtime() -> str:
-        """Which CUDA runtime the core found, or why none (then buffers are page-aligned only)."""
-        return cuda_runtime_description()
-
 
 def _core_queue_policy(policy: QueuePolicy) -> Any:
     out = _core.QueuePolicy()

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool, pinned_array
+from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import InvalidArgument
-from inferd.executors.staging import InputStager
+from inferd.executors.staging import InputStager, copy_back
 
 # ONNX Runtime's tensor type names -> numpy dtypes, for outputs it allocated on the device.
 _ORT_NUMPY = {
@@ -77,21 +77,14 @@ class IoBindingRunner:
             binding.bind_output(name, self._device_type, self._device_id)
         self._session.run_with_iobinding(binding, self._run_options)
         values = binding.get_outputs()  # on the device; kept alive until the copies are done
-        results: list[np.ndarray] = []
+        outputs = []
         for name, value in zip(self._output_names, values, strict=True):
             dtype = _ORT_NUMPY.get(value.data_type())
             if dtype is None:
                 raise InvalidArgument(
                     f"output {name!r} of type {value.data_type()} cannot leave a GPU"
                 )
-            shape = tuple(value.shape())
-            host = pinned_array(
-                self._host_pool, max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
-            )
-            out = host[: int(np.prod(shape)) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
-            if out.nbytes:
-                self._stream.copy_to_host(out, value.data_ptr())
-            results.append(out)
-        self._stream.synchronize()  # this instance's stream only
+            outputs.append((value.data_ptr(), tuple(value.shape()), np.dtype(dtype)))
+        results = copy_back(self._stream, self._host_pool, outputs)
         del values, staged
         return results

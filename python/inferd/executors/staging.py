@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from inferd.batching import CudaEvent, CudaStream, DeviceBuffer, DeviceBufferPool
+from inferd.batching import (
+    CudaEvent,
+    CudaStream,
+    DeviceBuffer,
+    DeviceBufferPool,
+    HostBufferPool,
+    pinned_array,
+)
 from inferd.errors import Internal, InvalidArgument
 
 
@@ -69,3 +77,21 @@ class InputStager:
 
     def pending(self) -> int:
         return len(self._staged)
+
+
+def copy_back(
+    stream: CudaStream,
+    host_pool: HostBufferPool,
+    outputs: list[tuple[int, tuple[int, ...], np.dtype[Any]]],
+) -> list[np.ndarray]:
+    """Queues the copies of device outputs (address, shape, dtype) into page-locked host arrays
+    on ``stream``, waits for that stream alone and returns the arrays."""
+    results: list[np.ndarray] = []
+    for address, shape, dtype in outputs:
+        size = int(np.prod(shape)) * dtype.itemsize
+        out = pinned_array(host_pool, max(size, 1))[:size].view(dtype).reshape(shape)
+        if size:
+            stream.copy_to_host(out, address)
+        results.append(out)
+    stream.synchronize()  # this instance's stream only
+    return results

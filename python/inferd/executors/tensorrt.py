@@ -125,9 +125,10 @@ class TensorRtExecutor:
         device_pool: Any,
         host_pool: Any,
     ) -> None:
-        from inferd.batching import pinned_array  # deferred: batching imports executors.base
+        # Deferred: staging imports inferd.batching, which imports executors.base.
+        from inferd.executors.staging import InputStager, copy_back
 
-        self._pinned_array = pinned_array
+        self._copy_back = copy_back
         self._trt = trt
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self._engine = runtime.deserialize_cuda_engine(engine_bytes)
@@ -151,8 +152,6 @@ class TensorRtExecutor:
                     f"the engine has no {kind}(s) {missing}; its tensors are {sorted(io)}"
                 )
         self._context = self._engine.create_execution_context()
-        from inferd.executors.staging import InputStager
-
         self._input_names = input_names
         self._output_names = output_names
         self._stream = stream
@@ -181,25 +180,17 @@ class TensorRtExecutor:
                     f"input {name!r}: shape {list(array.shape)} is outside the engine's profile"
                 )
             self._context.set_tensor_address(name, buffer.ptr)
-        outputs: list[tuple[Any, tuple[int, ...], np.dtype[Any]]] = []
+        outputs: list[tuple[int, tuple[int, ...], np.dtype[Any]]] = []
         for name in self._output_names:
             shape = tuple(int(d) for d in self._context.get_tensor_shape(name))
             dtype = np.dtype(self._trt.nptype(self._engine.get_tensor_dtype(name)))
             buffer = self._device_pool.lease(max(int(np.prod(shape)) * dtype.itemsize, 1))
             leased.append(buffer)
             self._context.set_tensor_address(name, buffer.ptr)
-            outputs.append((buffer, shape, dtype))
+            outputs.append((buffer.ptr, shape, dtype))
         if not self._context.execute_async_v3(self._stream.handle):
             raise Internal("TensorRT failed to enqueue the batch")
-        results = []
-        for buffer, shape, dtype in outputs:
-            size = int(np.prod(shape)) * dtype.itemsize
-            host = self._pinned_array(self._host_pool, max(size, 1))[:size]
-            out = host.view(dtype).reshape(shape)
-            if size:
-                self._stream.copy_to_host(out, buffer.ptr)
-            results.append(out)
-        self._stream.synchronize()  # this instance's stream only
+        results = self._copy_back(self._stream, self._host_pool, outputs)
         del leased, staged
         return results
 
