@@ -1,6 +1,7 @@
 #include "inferd/dynamic_batcher.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_set>
 
@@ -23,6 +24,22 @@ std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& p
 }
 
 }  // namespace
+
+void BusyArrivalRate::advance(Clock::time_point now, bool busy) {
+  if (now <= last_) return;
+  const double dt_s = std::chrono::duration<double>(now - last_).count();
+  const double memory_s = std::chrono::duration<double>(kMemory).count();
+  const double kept = std::exp(-dt_s / memory_s);
+  arrivals_ *= kept;
+  // Busy throughout [last_, now]: add that span, each instant decayed by its own age.
+  busy_s_ = busy_s_ * kept + (busy ? -memory_s * std::expm1(-dt_s / memory_s) : 0.0);
+  last_ = now;
+}
+
+double BusyArrivalRate::per_second(double prior_s) const {
+  const double busy_s = busy_s_ + prior_s;
+  return busy_s > 0.0 ? arrivals_ / busy_s : 0.0;
+}
 
 DynamicBatcher::DynamicBatcher(BatcherOptions options)
     : options_(std::move(options)), levels_(std::max<uint32_t>(1, options_.priority_levels)) {
@@ -61,9 +78,15 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
       timeout = request->timeout_us;  // an override may only shorten the timeout
     }
     request->enqueue_time = now;
-    request->timeout_at = timeout != 0 ? now + std::chrono::microseconds(timeout) : Clock::time_point::max();
+    // A timeout past what the clock can hold (a client may send up to 2^64 - 1 µs) is no timeout.
+    const auto headroom = std::chrono::duration_cast<std::chrono::microseconds>(Clock::time_point::max() - now);
+    request->timeout_at = timeout != 0 && timeout < static_cast<uint64_t>(headroom.count())
+                              ? now + std::chrono::microseconds(timeout)
+                              : Clock::time_point::max();
     request->shape_key = std::move(key);
     request->sequence = next_sequence_++;
+    advance_estimate(now);
+    if (busy()) rate_.count_arrival();  // it found company waiting or computing
     target.waiting.push_back(std::move(request));
     ++size_;
   }
@@ -144,12 +167,14 @@ Clock::time_point DynamicBatcher::take_batch(Clock::time_point now,
 
   size_t send = 0;
   const auto due = oldest + std::chrono::microseconds(options_.max_queue_delay_us);
-  if (!batching || full || closed_ || options_.max_queue_delay_us == 0 || now >= due) {
-    send = chosen.size();
+  const bool may_wait = batching && !full && !closed_ && options_.max_queue_delay_us != 0 && now < due;
+  const auto stop_waiting = may_wait ? stop_waiting_at(now, due) : now;
+  if (now >= stop_waiting) {
+    send = chosen.size();  // full, flushing, or no more company expected before `due`
   } else if (preferred_count > 0) {
     send = preferred_count;
   }
-  if (send == 0) return due;
+  if (send == 0) return stop_waiting;
 
   const std::unordered_set<const InferenceRequest*> taking(chosen.begin(), chosen.begin() + send);
   for_each_queue([&](Level&, Queue& queue, bool) {
@@ -166,11 +191,27 @@ Clock::time_point DynamicBatcher::take_batch(Clock::time_point now,
   return now;
 }
 
+Clock::time_point DynamicBatcher::stop_waiting_at(Clock::time_point now, Clock::time_point due) const {
+  const double delay_s = static_cast<double>(options_.max_queue_delay_us) * 1e-6;
+  const double rate = rate_.per_second(kPriorDelays * delay_s);
+  const double left_s = std::chrono::duration<double>(due - now).count();
+  if (rate * left_s < 1.0) return now;  // not one more request expected in time: go now
+  // Worth waiting while at least one more is expected before `due`, i.e. until 1/rate is left.
+  // 1/rate <= left_s <= the delay here, so the conversion cannot overflow.
+  return due - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+}
+
 bool DynamicBatcher::next_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch,
                                 std::vector<Rejection>* rejected) {
   std::unique_lock<std::mutex> lock(mutex_);
+  // The caller is back, so the batch it took last has finished. A first call, or one after a
+  // rejections-only return, has none: the count stays at 0 rather than wrap (at worst it
+  // undercounts briefly, which only makes the estimate lean to not waiting).
+  advance_estimate(Clock::now());
+  if (batches_out_ > 0) --batches_out_;
   for (;;) {
     const auto now = Clock::now();
+    advance_estimate(now);
     expire(now, rejected);
     if (!rejected->empty()) return true;  // answer those before anything waits
     if (size_ == 0) {
@@ -179,7 +220,10 @@ bool DynamicBatcher::next_batch(std::vector<std::unique_ptr<InferenceRequest>>* 
       continue;
     }
     const auto again = take_batch(now, batch);
-    if (!batch->empty()) return true;
+    if (!batch->empty()) {
+      ++batches_out_;
+      return true;
+    }
     changed_.wait_until(lock, std::min(again, earliest_expiry()));
   }
 }
@@ -187,6 +231,7 @@ bool DynamicBatcher::next_batch(std::vector<std::unique_ptr<InferenceRequest>>* 
 std::unique_ptr<InferenceRequest> DynamicBatcher::cancel(uint64_t token) {
   std::unique_ptr<InferenceRequest> found;
   std::lock_guard<std::mutex> lock(mutex_);
+  advance_estimate(Clock::now());
   for_each_queue([&](Level&, Queue& queue, bool) {
     if (found) return;
     for (auto it = queue.begin(); it != queue.end(); ++it) {
@@ -212,6 +257,7 @@ void DynamicBatcher::close() {
 std::vector<std::unique_ptr<InferenceRequest>> DynamicBatcher::take_all() {
   std::vector<std::unique_ptr<InferenceRequest>> all;
   std::lock_guard<std::mutex> lock(mutex_);
+  advance_estimate(Clock::now());
   for_each_queue([&](Level&, Queue& queue, bool) {
     for (auto& r : queue) all.push_back(std::move(r));
     queue.clear();
@@ -223,6 +269,13 @@ std::vector<std::unique_ptr<InferenceRequest>> DynamicBatcher::take_all() {
 size_t DynamicBatcher::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return size_;
+}
+
+double DynamicBatcher::busy_arrival_rate() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  BusyArrivalRate now = rate_;  // a copy brought to now: reading does not move the estimate
+  now.advance(Clock::now(), busy());
+  return now.per_second(kPriorDelays * static_cast<double>(options_.max_queue_delay_us) * 1e-6);
 }
 
 }  // namespace inferd

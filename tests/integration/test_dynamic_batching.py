@@ -2,7 +2,10 @@
 callers, and the queue policies (priority, queue size, timeouts, deadlines, cancellation) hold.
 
 Queueing is made observable with a deliberately slow model (four 1024x1024 matrix products per
-row, about 100 ms here) served by one instance, so later requests wait behind it.
+row, about 100 ms here) served by one instance, so later requests wait behind it. The batching
+tests use lighter ones (256x256, about 1.5 ms a row): a burst then arrives faster than requests
+are served one by one, which is when the batcher waits for company (max_queue_delay_microseconds
+is an upper bound: requests a model serves as fast as they come are not held for company).
 """
 
 from __future__ import annotations
@@ -10,64 +13,15 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 import tritonclient.grpc as grpcclient
-from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from inferd.examples import write_identity_model
 from tests.integration.conftest import ServerProcess, running_server
-
-SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 GFLOP each
-SLOW_PRODUCTS = 4
-
-
-def write_slow_model(model_dir: Path, config: str) -> None:
-    """INPUT0 FP32 [batch, 1] -> OUTPUT0 = INPUT0, after work that scales with the rows."""
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    nodes = [
-        helper.make_node("Reshape", ["INPUT0", "shape3"], ["x3"]),
-        helper.make_node("Expand", ["x3", "square"], ["a"]),  # [batch, N, N]
-        helper.make_node("Identity", ["a"], ["p0"]),
-        *(
-            node
-            for k in range(SLOW_PRODUCTS)  # p(k+1) = p(k) @ a / N: bounded values
-            for node in (
-                helper.make_node("MatMul", [f"p{k}", "a"], [f"q{k}"]),
-                helper.make_node("Mul", [f"q{k}", "inverse_n"], [f"p{k + 1}"]),
-            )
-        ),
-        helper.make_node(
-            "ReduceMean", [f"p{SLOW_PRODUCTS}"], ["m"], axes=[1, 2], keepdims=0
-        ),  # [batch]
-        helper.make_node("Unsqueeze", ["m", "axis1"], ["m2"]),  # [batch, 1]
-        helper.make_node("Mul", ["m2", "zero"], ["z"]),
-        helper.make_node("Add", ["INPUT0", "z"], ["OUTPUT0"]),
-    ]
-    initializers = [
-        helper.make_tensor("shape3", TensorProto.INT64, [3], [-1, 1, 1]),
-        helper.make_tensor("square", TensorProto.INT64, [3], [1, SLOW_SIZE, SLOW_SIZE]),
-        helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor("inverse_n", TensorProto.FLOAT, [], [1.0 / SLOW_SIZE]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "slow",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 1])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(config)
-
+from tests.integration.slow_model import write_slow_model
 
 SLOW_IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
@@ -96,8 +50,17 @@ MODELS: dict[str, str] = {
 }
 
 
-PADDED = """
+# Light slow models of any length (the padding test pads INPUT0 with -7 and slices OUTPUT0 back).
+LIGHT_SIZE = 256
+LIGHT_IO = """
+max_batch_size: 16
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 dynamic_batching { max_queue_delay_microseconds: 20000 }
+"""
+PADDED = """
 parameters { key: "inferd.pad_inputs" value: { string_value: "INPUT0" } }
 parameters { key: "inferd.pad_value" value: { string_value: "-7" } }
 parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }
@@ -110,12 +73,8 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     repository = root / "models"
     for name, config in MODELS.items():
         write_slow_model(repository / name, config)
-    write_identity_model(repository / "batched_identity", "FP32", max_batch_size=16)
-    with (repository / "batched_identity" / "config.pbtxt").open("a") as config_file:
-        config_file.write("dynamic_batching { max_queue_delay_microseconds: 20000 }\n")
-    write_identity_model(repository / "padded_identity", "FP32", max_batch_size=16)
-    with (repository / "padded_identity" / "config.pbtxt").open("a") as config_file:
-        config_file.write(PADDED)
+    write_slow_model(repository / "batched_identity", LIGHT_IO, LIGHT_SIZE, "length")
+    write_slow_model(repository / "padded_identity", LIGHT_IO + PADDED, LIGHT_SIZE, "length")
     with running_server(
         repository, [*MODELS, "batched_identity", "padded_identity"], root
     ) as server:

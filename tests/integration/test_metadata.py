@@ -87,6 +87,9 @@ def test_model_config_completed_from_onnx(client: grpcclient.InferenceServerClie
     ]
     assert [g.count for g in config.instance_group] == [1]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    # It batches and names no scheduler: dynamic_batching { } (zero delay), as Triton completes it.
+    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+    assert config.dynamic_batching == model_config_pb2.ModelDynamicBatching()
 
 
 def test_model_config_as_written(client: grpcclient.InferenceServerClient) -> None:
@@ -104,6 +107,7 @@ def test_model_config_as_written(client: grpcclient.InferenceServerClient) -> No
     ]
     nobatch = client.get_model_config("identity_nobatch").config
     assert nobatch.max_batch_size == 0
+    assert nobatch.WhichOneof("scheduling_choice") is None  # does not batch: no scheduler added
     assert [list(t.dims) for t in nobatch.input] == [[-1, -1]]
     bytes_config = client.get_model_config("identity_bytes").config
     assert [t.data_type for t in bytes_config.input] == [model_config_pb2.TYPE_STRING]

@@ -71,6 +71,9 @@ def test_config_is_completed_from_the_model(repo: Path) -> None:
     assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [("INPUT0", 11, [-1])]
     assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("OUTPUT0", 11, [-1])]
     assert config.instance_group[0].count == 1
+    # No scheduler named and the model batches: Triton's default, dynamic batching, zero delay.
+    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+    assert config.dynamic_batching == type(config.dynamic_batching)()
 
 
 def test_a_written_config_is_kept(repo: Path) -> None:
@@ -90,6 +93,7 @@ def test_a_fixed_first_dim_does_not_batch(tmp_path: Path) -> None:
     )
     assert config.max_batch_size == 0
     assert list(config.input[0].dims) == [-1, -1]
+    assert config.WhichOneof("scheduling_choice") is None  # nothing to batch: no default
 
 
 @pytest.mark.parametrize(
@@ -194,10 +198,14 @@ def test_dynamic_batching_settings_become_the_policy(tmp_path: Path) -> None:
     }
 
 
-def test_no_dynamic_batching_section_runs_requests_alone(tmp_path: Path) -> None:
-    policy = policy_of(tmp_path, "FP32", "")
-    assert isinstance(policy, BatchingPolicy)
-    assert not policy.dynamic
+def test_a_batching_model_without_a_scheduler_gets_dynamic_batching(tmp_path: Path) -> None:
+    policy = policy_of(tmp_path, "FP32", "")  # max_batch_size: 8, no scheduler named
+    assert policy == BatchingPolicy(dynamic=True, max_batch_size=8)  # zero delay, one level
+
+
+def test_a_stated_max_batch_size_of_0_gets_no_scheduler(tmp_path: Path) -> None:
+    policy = policy_of(tmp_path, "FP32", "", max_batch_size=0)
+    assert policy == BatchingPolicy(dynamic=False, max_batch_size=0)  # each request alone
 
 
 def test_padding_parameters_become_the_policy(tmp_path: Path) -> None:
@@ -239,7 +247,6 @@ def pad(key: str, value: str) -> str:
             " priority_queue_policy { key: 5 value: {} } }",
             "names level 5",
         ),
-        ("FP32", pad("inputs", "INPUT0"), "need dynamic_batching"),
         ("FP32", "dynamic_batching { } " + pad("inputs", "X"), "'X', not an input"),
         ("BYTES", "dynamic_batching { } " + pad("inputs", "INPUT0"), "cannot be padded"),
         (
@@ -256,6 +263,11 @@ def test_bad_batching_settings_fail_the_load(
 ) -> None:
     with pytest.raises(ModelLoadError, match=message):
         policy_of(tmp_path, datatype, extra)
+
+
+def test_padding_a_model_that_does_not_batch_fails_the_load(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="need dynamic_batching"):
+        policy_of(tmp_path, "FP32", pad("inputs", "INPUT0"), max_batch_size=0)
 
 
 SIMPLE_IO = (

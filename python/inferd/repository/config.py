@@ -1,7 +1,8 @@
 """A model's configuration: ``config.pbtxt`` (protobuf text format) completed from the ONNX model.
 
 What the config leaves out (inputs, outputs, dims, ``max_batch_size``) is read from the model, as
-Triton's auto-complete does; what it states is checked against the model, and a mismatch fails the
+Triton's auto-complete does, and a model that batches without naming a scheduler gets
+``dynamic_batching { }``; what it states is checked against the model, and a mismatch fails the
 load with a message naming both sides. ``ModelConfig`` answers with the completed config.
 """
 
@@ -268,6 +269,10 @@ def _complete(
     if config.max_batch_size == 0 and not stated_io and _batchable(inputs + outputs):
         # A dynamic first dim on every tensor: the model batches (Triton's ORT default is 4).
         config.max_batch_size = default_max_batch_size
+    if config.max_batch_size > 0 and config.WhichOneof("scheduling_choice") is None:
+        # No scheduler named: Triton's ONNX Runtime backend completes `dynamic_batching { }`
+        # (zero delay), so a batching model batches without a config.pbtxt.
+        config.dynamic_batching.SetInParent()
     skip = 1 if config.max_batch_size > 0 else 0
     if not config.input:
         # Triton's completion lists the inputs a request must give; weights that a request may

@@ -1,0 +1,58 @@
+"""A model whose work scales with its rows, so that requests queue behind it: the tests that need
+batches to form, or a queue to build up, use it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 GFLOP each
+SLOW_PRODUCTS = 4
+
+
+def write_slow_model(
+    model_dir: Path, config: str, size: int = SLOW_SIZE, length: str | int = 1
+) -> None:
+    """INPUT0 FP32 [batch, length] -> OUTPUT0 = INPUT0, after work that scales with the rows
+    (SLOW_PRODUCTS products of size x size matrices built from each row's mean)."""
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    nodes = [
+        helper.make_node("ReduceMean", ["INPUT0"], ["row_mean"], axes=[1], keepdims=1),
+        helper.make_node("Reshape", ["row_mean", "shape3"], ["x3"]),
+        helper.make_node("Expand", ["x3", "square"], ["a"]),  # [batch, N, N]
+        helper.make_node("Identity", ["a"], ["p0"]),
+        *(
+            node
+            for k in range(SLOW_PRODUCTS)  # p(k+1) = p(k) @ a / N: bounded values
+            for node in (
+                helper.make_node("MatMul", [f"p{k}", "a"], [f"q{k}"]),
+                helper.make_node("Mul", [f"q{k}", "inverse_n"], [f"p{k + 1}"]),
+            )
+        ),
+        helper.make_node(
+            "ReduceMean", [f"p{SLOW_PRODUCTS}"], ["m"], axes=[1, 2], keepdims=0
+        ),  # [batch]
+        helper.make_node("Unsqueeze", ["m", "axis1"], ["m2"]),  # [batch, 1]
+        helper.make_node("Mul", ["m2", "zero"], ["z"]),
+        helper.make_node("Add", ["INPUT0", "z"], ["OUTPUT0"]),
+    ]
+    initializers = [
+        helper.make_tensor("shape3", TensorProto.INT64, [3], [-1, 1, 1]),
+        helper.make_tensor("square", TensorProto.INT64, [3], [1, size, size]),
+        helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        helper.make_tensor("inverse_n", TensorProto.FLOAT, [], [1.0 / size]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", length])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", length])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    (model_dir / "config.pbtxt").write_text(config)
