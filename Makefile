@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 # Triton's perf_analyzer (benchmarks).
 APT_PACKAGES := g++ cmake make libgtest-dev libb64-0d
 
-.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean
+.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean fuzz fuzz-ci fuzz-build fuzz-deps
 
 help:
 	@echo "make serve          set up, build, write the example models, serve them on port $(PORT)"
@@ -19,6 +19,8 @@ help:
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
 	@echo "make lint           ruff, ruff format --check, mypy --strict"
+	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600)"
+	@echo "make fuzz-ci        the same, bounded to FUZZ_CI_SECONDS (60): what CI runs"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
@@ -51,10 +53,15 @@ serve: examples
 
 test: build test-cpp test-python
 
+# The native ONNX Runtime executor's test runs the onnxruntime wheel's library from .venv (when
+# built) on a model kept in cpp/tests/data; without the library it skips, saying why.
+ORT_TEST_ENV = INFERD_TEST_ORT_LIBRARY=$(abspath $(firstword $(wildcard $(VENV)/lib/python*/site-packages/onnxruntime/capi/libonnxruntime.so.*))) \
+	INFERD_TEST_ORT_MODEL=$(CURDIR)/cpp/tests/data/onnxruntime_test_model.onnx
+
 test-cpp: system-deps
 	cmake -S . -B $(CPP_BUILD) -DINFERD_BUILD_TESTS=ON -DINFERD_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(CPP_BUILD) -j $(JOBS)
-	cd $(CPP_BUILD) && ctest --output-on-failure
+	cd $(CPP_BUILD) && $(ORT_TEST_ENV) ctest --output-on-failure
 
 test-python: build
 	$(PY) -m pytest
@@ -63,7 +70,7 @@ test-sanitize: system-deps
 	for s in address thread; do \
 	  cmake -S . -B build/sanitize-$$s -DINFERD_BUILD_TESTS=ON -DINFERD_SANITIZE=$$s -DCMAKE_BUILD_TYPE=Debug >/dev/null && \
 	  cmake --build build/sanitize-$$s -j $(JOBS) && \
-	  (cd build/sanitize-$$s && ctest --output-on-failure) || exit 1; \
+	  (cd build/sanitize-$$s && $(ORT_TEST_ENV) ctest --output-on-failure) || exit 1; \
 	done
 
 # The whole pytest suite (servers included) against an AddressSanitizer build of inferd._core, in a
@@ -86,6 +93,43 @@ lint: build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# libFuzzer over the request path (cpp/fuzz/): parse_infer_request, build_inference_request and
+# InferResponseWriter, built by clang with AddressSanitizer and UndefinedBehaviorSanitizer. The seed
+# corpus is generated (cpp/fuzz/make_corpus.py); what the fuzzer adds stays in $(FUZZ_BUILD)/corpus
+# between runs. cpp/fuzz/corpus/ holds the reproducers of crashes found so far: every run replays
+# them first. A crash, leak, timeout or sanitizer report fails the target; its input is written to
+# $(FUZZ_BUILD)/artifacts/ (replay: $(FUZZ_BUILD)/infer_request_fuzzer FILE).
+# Debian 12's clang is 14; its fuzzer and sanitizer runtimes are in libclang-rt-14-dev, which clang
+# only recommends. Elsewhere: make fuzz FUZZ_CLANG=<version>.
+FUZZ_CLANG ?= 14
+FUZZ_APT_PACKAGES := clang-$(FUZZ_CLANG) libclang-rt-$(FUZZ_CLANG)-dev
+FUZZ_BUILD ?= build/fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_CI_SECONDS ?= 60
+FUZZ_ARGS ?=
+FUZZ_RUN = $(FUZZ_BUILD)/infer_request_fuzzer -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+	-dict=cpp/fuzz/infer_request.dict -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/ $(FUZZ_ARGS)
+FUZZ_CORPORA = $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/seeds cpp/fuzz/corpus
+
+fuzz-deps:
+	@missing=""; for p in $(FUZZ_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "missing Debian packages:$$missing (sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+fuzz-build: setup fuzz-deps
+	cmake -S . -B $(FUZZ_BUILD) -DINFERD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-$(FUZZ_CLANG) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target infer_request_fuzzer
+	rm -rf $(FUZZ_BUILD)/seeds && $(PY) cpp/fuzz/make_corpus.py $(FUZZ_BUILD)/seeds
+	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+
+fuzz: fuzz-build
+	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_CORPORA)
+
+fuzz-ci: fuzz-build
+	$(FUZZ_RUN) -max_total_time=$(FUZZ_CI_SECONDS) $(FUZZ_CORPORA)
 
 bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)

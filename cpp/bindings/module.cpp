@@ -10,6 +10,8 @@ void register_batching(py::module_& m);
 void register_cuda(py::module_& m);
 void register_completion_queue(py::module_& m);
 void register_scheduler(py::module_& m);
+void register_onnxruntime(py::module_& m);
+void register_wire(py::module_& m);
 }  // namespace inferd::python
 
 PYBIND11_MODULE(_core, m) {
@@ -18,5 +20,7 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_batching(m);
   inferd::python::register_cuda(m);
   inferd::python::register_completion_queue(m);
+  inferd::python::register_wire(m);
+  inferd::python::register_onnxruntime(m);
   inferd::python::register_scheduler(m);
 }

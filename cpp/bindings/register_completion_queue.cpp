@@ -3,6 +3,7 @@
 
 #include "inferd/completion_queue.h"
 #include "python_tensor.h"
+#include "wire_request.h"
 
 namespace py = pybind11;
 
@@ -36,9 +37,15 @@ void register_completion_queue(py::module_& m) {
             for (Completion& c : done) {
               // Each completion is answered even if converting it fails: nothing drained is lost.
               try {
-                py::list outputs;
-                for (const Tensor& t : c.outputs) {
-                  outputs.append(py::make_tuple(static_cast<int>(t.dtype), py::tuple(py::cast(t.shape)), array_view(t)));
+                py::object outputs;
+                if (c.request && c.request->signature && c.status.ok()) {
+                  outputs = write_response(*c.request, c.outputs);  // a request that came as bytes
+                } else {
+                  py::list arrays;
+                  for (const Tensor& t : c.outputs) {
+                    arrays.append(py::make_tuple(static_cast<int>(t.dtype), py::tuple(py::cast(t.shape)), array_view(t)));
+                  }
+                  outputs = std::move(arrays);
                 }
                 out.append(py::make_tuple(c.token, static_cast<int>(c.status.code), c.status.message, outputs,
                                           timing_tuple(c.timing)));
@@ -52,7 +59,8 @@ void register_completion_queue(py::module_& m) {
             // thread, not on a worker thread.
             return out;
           },
-          "Every waiting completion as (token, status code, message, [(datatype, shape, ndarray)], timing): "
+          "Every waiting completion as (token, status code, message, [(datatype, shape, ndarray)] or the serialized "
+          "response of a request submitted as bytes, timing): "
           "timing = (enqueued, compute_start, input_done, infer_done, compute_end in steady-clock ns, 0 = "
           "not reached; batch_id, batch_requests, batch_rows, instance).");
   m.def("steady_clock_ns", [] { return ns(Clock::now()); }, "The core's clock, for converting its timings.");

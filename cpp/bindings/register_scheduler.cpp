@@ -3,8 +3,11 @@
 #include <chrono>
 
 #include "inferd/scheduler.h"
+#include "onnxruntime_session.h"
 #include "python_executor.h"
 #include "python_tensor.h"
+#include "wire_request.h"
+#include "inferd/model_signature.h"
 
 namespace py = pybind11;
 
@@ -32,14 +35,31 @@ std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& 
     types.push_back(static_cast<DataType>(code));
   }
   std::vector<std::unique_ptr<Executor>> instances;
-  for (py::handle executor : executors) instances.push_back(std::make_unique<PythonExecutor>(executor, types));
+  for (py::handle executor : executors) {
+    std::unique_ptr<Executor> native = native_executor(executor);  // runs batches without the GIL
+    instances.push_back(native ? std::move(native) : std::make_unique<PythonExecutor>(executor, types));
+  }
   SchedulerOptions options{model_name, batching};
   return std::unique_ptr<Scheduler, DestroyWithoutGil>(
       std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions), std::move(pool))
           .release());
 }
 
+// The caller's deadline `us` from now; none for 0 or for one past what the clock can hold.
+Clock::time_point deadline_from_now(uint64_t us) {
+  const auto now = Clock::now();
+  const auto headroom = std::chrono::duration_cast<std::chrono::microseconds>(Clock::time_point::max() - now);
+  if (us == 0 || us >= static_cast<uint64_t>(headroom.count())) return Clock::time_point::max();
+  return now + std::chrono::microseconds(us);
+}
+
 py::dict duration(const Duration& d) { return py::dict(py::arg("count") = d.count, py::arg("ns") = d.ns); }
+
+// (upper bounds in µs, count per bucket with one more above the last bound, sum in ns)
+py::tuple histogram(const LatencyHistogram& h) {
+  return py::make_tuple(std::vector<uint64_t>(LatencyHistogram::kBoundsUs.begin(), LatencyHistogram::kBoundsUs.end()),
+                        std::vector<uint64_t>(h.counts.begin(), h.counts.end()), h.sum_ns);
+}
 
 }  // namespace
 
@@ -57,7 +77,7 @@ void register_scheduler(py::module_& m) {
             request->batch_size = batch_size;
             request->priority = priority;
             request->timeout_us = timeout_us;
-            if (deadline_us != 0) request->deadline = Clock::now() + std::chrono::microseconds(deadline_us);
+            request->deadline = deadline_from_now(deadline_us);
             for (py::handle item : inputs) {
               auto entry = item.cast<py::tuple>();
               if (entry[2].is_none()) {  // an optional input the request left out
@@ -81,6 +101,33 @@ void register_scheduler(py::module_& m) {
           "input left out) in model input order; "
           "priority 0 = default level; timeout_us = queue timeout override; deadline_us = the caller's "
           "deadline from now (0 = none). Returns (status code, message); the answer arrives on the "
+          "completion queue.")
+      .def(
+          "submit_request",
+          [](Scheduler& scheduler, uint64_t token, const std::shared_ptr<ModelSignature>& signature,
+             const WireRequest& wire, uint64_t deadline_us, bool stream) {
+            auto request = std::make_unique<InferenceRequest>();
+            request->token = token;
+            request->stream = stream;
+            request->deadline = deadline_from_now(deadline_us);
+            Status status;
+            if (wire.size < (1u << 20)) {
+              status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
+            } else {
+              // A large request may decode typed contents or walk many BYTES elements: other
+              // Python threads run meanwhile. Safe: the build reads C++ views of bytes that `wire`
+              // keeps alive, and copies of `owner` drop no Python reference (wire holds one).
+              py::gil_scoped_release release;
+              status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
+            }
+            // As in submit: the GIL stays held for the bounded push.
+            if (status.ok()) status = scheduler.submit(std::move(request));
+            return py::make_tuple(static_cast<int>(status.code), status.message);
+          },
+          py::arg("token"), py::arg("signature"), py::arg("request"), py::arg("deadline_us") = 0,
+          py::arg("stream") = false,
+          "Check a parsed request against the model's signature and queue it. Returns (status code, message); "
+          "the answer, a serialized ModelInferResponse (ModelStreamInferResponse with stream), arrives on the "
           "completion queue.")
       .def("cancel", &Scheduler::cancel, py::arg("token"), py::call_guard<py::gil_scoped_release>(),
            "Answer a still-queued request CANCELLED; False if it is already running or done.")
@@ -107,7 +154,9 @@ void register_scheduler(py::module_& m) {
                         py::arg("fail") = duration(s.fail), py::arg("queue") = duration(s.queue),
                         py::arg("compute_input") = duration(s.compute_input),
                         py::arg("compute_infer") = duration(s.compute_infer),
-                        py::arg("compute_output") = duration(s.compute_output), py::arg("batches") = batches);
+                        py::arg("compute_output") = duration(s.compute_output), py::arg("batches") = batches,
+                        py::arg("request_duration") = histogram(s.request_duration),
+                        py::arg("queue_duration") = histogram(s.queue_duration));
       });
 }
 

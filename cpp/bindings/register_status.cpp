@@ -15,7 +15,8 @@ void register_status(py::module_& m) {
       .value("RESOURCE_EXHAUSTED", StatusCode::kResourceExhausted)
       .value("DEADLINE_EXCEEDED", StatusCode::kDeadlineExceeded)
       .value("CANCELLED", StatusCode::kCancelled)
-      .value("INTERNAL", StatusCode::kInternal);
+      .value("INTERNAL", StatusCode::kInternal)
+      .value("UNIMPLEMENTED", StatusCode::kUnimplemented);
 }
 
 }  // namespace inferd::python

@@ -12,14 +12,27 @@ uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
+void LatencyHistogram::add(uint64_t ns) {
+  const uint64_t us = ns / 1000;
+  size_t bucket = 0;
+  while (bucket < kBoundsUs.size() && us > kBoundsUs[bucket]) ++bucket;
+  ++counts[bucket];
+  sum_ns += ns;
+}
+
 void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests,
                                    const BatchTimeline& t) {
   const uint64_t n = requests.size();
   uint64_t rows = 0, queue_ns = 0, total_ns = 0;
+  LatencyHistogram request_duration, queue_duration;  // this batch's, merged under the lock
   for (const auto& request : requests) {
     rows += static_cast<uint64_t>(request->batch_size);
-    queue_ns += ns_between(request->enqueue_time, t.start);
-    total_ns += ns_between(request->enqueue_time, t.output_done);
+    const uint64_t queued = ns_between(request->enqueue_time, t.start);
+    const uint64_t total = ns_between(request->enqueue_time, t.output_done);
+    queue_ns += queued;
+    total_ns += total;
+    queue_duration.add(queued);
+    request_duration.add(total);
   }
   const uint64_t input_ns = ns_between(t.start, t.input_done);
   const uint64_t infer_ns = ns_between(t.input_done, t.infer_done);
@@ -41,11 +54,18 @@ void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRe
   batch.compute_input.add(1, input_ns);
   batch.compute_infer.add(1, infer_ns);
   batch.compute_output.add(1, output_ns);
+  for (size_t i = 0; i < request_duration.counts.size(); ++i) {
+    stats_.request_duration.counts[i] += request_duration.counts[i];
+    stats_.queue_duration.counts[i] += queue_duration.counts[i];
+  }
+  stats_.request_duration.sum_ns += request_duration.sum_ns;
+  stats_.queue_duration.sum_ns += queue_duration.sum_ns;
 }
 
 void ModelStatistics::record_failures(uint64_t count, uint64_t total_ns) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.fail.add(count, total_ns);
+  for (uint64_t i = 0; i < count; ++i) stats_.request_duration.add(total_ns / count);
 }
 
 StatisticsSnapshot ModelStatistics::snapshot() const {

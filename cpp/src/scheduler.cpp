@@ -1,5 +1,7 @@
 #include "inferd/scheduler.h"
 
+#include <pthread.h>
+
 #include <condition_variable>
 #include <exception>
 #include <optional>
@@ -81,7 +83,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
 Scheduler::~Scheduler() { shutdown(ShutdownMode::kDrain); }
 
 Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
-  for (size_t i = 0; i < request->inputs.size(); ++i) {
+  for (size_t i = 0; !request->checked && i < request->inputs.size(); ++i) {
     Status valid = validate_tensor(request->inputs[i]);
     if (!valid.ok()) {
       return Status::Error(valid.code, "input " + std::to_string(i) + " of model '" + options_.model_name +
@@ -126,6 +128,7 @@ bool Scheduler::take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch
 }
 
 void Scheduler::run_instance(Executor* executor, uint32_t instance) {
+  pthread_setname_np(pthread_self(), "inferd-worker");  // benchmarks group per-thread CPU by name
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   while (take_batch(&batch)) {
     StagedBatch staged = stage_batch(executor, &batch);
@@ -134,10 +137,12 @@ void Scheduler::run_instance(Executor* executor, uint32_t instance) {
 }
 
 void Scheduler::run_pipelined_instance(Executor* executor, uint32_t instance) {
+  pthread_setname_np(pthread_self(), "inferd-worker");
   StagedBatchSlot slot;
   // The stager takes and stages batch N+1 while this thread computes batch N. It ends once the
   // batcher is closed and empty, so this thread, which drains the slot, answers everything.
   std::thread stager([&] {
+    pthread_setname_np(pthread_self(), "inferd-stager");
     std::vector<std::unique_ptr<InferenceRequest>> batch;
     while (take_batch(&batch)) slot.put(stage_batch(executor, &batch));
     slot.finish();

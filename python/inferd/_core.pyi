@@ -101,6 +101,45 @@ class CompletionQueue:
         ]
     ]: ...
 
+def load_onnxruntime(path: str) -> str: ...
+
+class OnnxRuntimeSession:
+    def __init__(
+        self,
+        model_path: str,
+        input_names: list[str],
+        output_names: list[str],
+        output_datatypes: list[int],
+        intra_op_threads: int,
+        inter_op_threads: int,
+    ) -> None: ...
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]: ...
+
+class ModelSignature:
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        max_batch_size: int,
+        inputs: list[tuple[str, int, list[int], tuple[int, ...] | None, bool, bool]],
+        outputs: list[tuple[str, int, list[int], bool]],
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+class WireRequest:
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def model_version(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+
+def parse_infer_request(data: bytes) -> WireRequest: ...
+def stream_error_response(message: str, id: str) -> bytes: ...
+
 class Scheduler:
     def __init__(
         self,
@@ -119,6 +158,14 @@ class Scheduler:
         priority: int = 0,
         timeout_us: int = 0,
         deadline_us: int = 0,
+    ) -> tuple[int, str]: ...
+    def submit_request(
+        self,
+        token: int,
+        signature: ModelSignature,
+        request: WireRequest,
+        deadline_us: int = 0,
+        stream: bool = False,
     ) -> tuple[int, str]: ...
     def cancel(self, token: int) -> bool: ...
     def shutdown(self, reject_queued: bool) -> None: ...

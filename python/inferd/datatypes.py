@@ -72,18 +72,3 @@ def serialize_bytes(elements: list[bytes]) -> bytes:
         parts.append(len(element).to_bytes(4, "little"))
         parts.append(element)
     return b"".join(parts)
-
-
-def count_bytes_elements(data: bytes | memoryview) -> int:
-    """Number of elements in a serialized BYTES buffer; ValueError if it is malformed."""
-    view = memoryview(data)
-    pos, count, size = 0, 0, len(view)
-    while pos < size:
-        if size - pos < 4:
-            raise ValueError(f"truncated length prefix at byte {pos}")
-        length = int.from_bytes(view[pos : pos + 4], "little")
-        pos += 4 + length
-        if pos > size:
-            raise ValueError(f"element {count} needs {length} bytes, the buffer ends first")
-        count += 1
-    return count

@@ -17,7 +17,6 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from opentelemetry.sdk.trace.export import SpanExporter
 
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
-import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd._proto import POOL
 from inferd.batching import CompletionDispatcher, HostBufferPool, cuda_runtime_description
 from inferd.dataplane import DataPlane
@@ -32,7 +31,7 @@ from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.transport.health import DrainingHealthServicer, HealthReporter
-from inferd.transport.servicer import InferenceServicer, ServerState
+from inferd.transport.servicer import InferenceServicer, ServerState, add_inference_service
 
 log = structlog.get_logger(__name__)
 
@@ -163,9 +162,7 @@ async def create_server(
         metrics,
         create_tracer_provider(settings.trace_config, exporter=span_exporter),
     )
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(DataPlane(registry), control, state, telemetry), server
-    )
+    add_inference_service(InferenceServicer(DataPlane(registry), control, state, telemetry), server)
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reporter = HealthReporter(health_servicer, registry, state, SERVICE_NAME)

@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.batching import BatchingPolicy, CompletionDispatcher, HostBufferPool, ModelScheduler
+from inferd.batching import (
+    BatchingPolicy,
+    CompletionDispatcher,
+    HostBufferPool,
+    ModelScheduler,
+    core_signature,
+)
 from inferd.batching.core import check_status_codes
 from inferd.errors import InvalidArgument, Unavailable
 
@@ -22,7 +28,8 @@ def make_scheduler(
     dispatcher: CompletionDispatcher, executors: list[Any], **policy: Any
 ) -> ModelScheduler:
     """A scheduler for a model with one INT32 output."""
-    return ModelScheduler(dispatcher, POOL, "m", BatchingPolicy(**policy), executors, [INT32])
+    signature = core_signature("m", "1", 0, [], [])
+    return ModelScheduler(dispatcher, POOL, signature, BatchingPolicy(**policy), executors, [INT32])
 
 
 class Doubler:

@@ -53,8 +53,6 @@ def test_a_request_span_continues_the_caller_and_the_batch_links_every_request()
     batch = timing(7, 3)
     for _ in range(3):
         with telemetry.request("m", metadata) as observed:
-            with observed.stage("decode"):
-                pass
             observed.resolved("m", "2")
             observed.computed(batch)
     spans = finished(telemetry, exporter)
@@ -69,7 +67,7 @@ def test_a_request_span_continues_the_caller_and_the_batch_links_every_request()
     assert linked == {s.context.span_id for s in requests}  # type: ignore[attr-defined]
     assert batch_span.attributes["inferd.batch_requests"] == 3  # type: ignore[attr-defined]
     assert batch_span.start_time == CoreTiming.wall_ns(batch.compute_start)  # type: ignore[attr-defined]
-    assert {s.name for s in exporter.get_finished_spans()} >= {"decode", "queue", "compute"}
+    assert {s.name for s in exporter.get_finished_spans()} >= {"queue", "compute"}
 
 
 def test_a_batch_waits_for_all_its_requests_and_a_failed_request_is_an_error_span() -> None:
@@ -98,12 +96,16 @@ def test_tracing_is_off_unless_configured() -> None:
         create_tracer_provider("endpoint=127.0.0.1:1,sampler=sometimes", environ={})
 
 
-def test_without_tracing_a_request_costs_no_span() -> None:
+def test_without_tracing_or_verbose_logs_a_request_costs_no_telemetry_object() -> None:
     telemetry = Telemetry(LogControl())
+    assert not telemetry.observes_each_request
     with telemetry.request("m", [("traceparent", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01")]) as o:
-        assert o.stage("decode") is o.stage("encode")  # the shared no-op
         o.resolved("m", "1")
         o.computed(timing(1, 1))
+    verbose = Telemetry(LogControl(verbose=1))
+    assert verbose.observes_each_request
+    traced_telemetry, _ = traced()
+    assert traced_telemetry.observes_each_request
 
 
 def test_metrics_expose_triton_names_and_failure_reasons() -> None:
@@ -126,11 +128,13 @@ def test_metrics_expose_triton_names_and_failure_reasons() -> None:
                 for k in ("compute_input", "compute_infer", "compute_output")
             },
         },
+        # The core's histograms: bounds in µs, a count per bucket and one above, sum in ns.
+        "request_duration": ([100, 1000], [1, 3, 1], 9_000_000),
+        "queue_duration": ([100, 1000], [5, 0, 0], 250_000),
     }
     metrics = InferenceMetrics(lambda: [ModelCounters("m", "1", statistics, 3)], gpu=False)
-    metrics.failed("m", "1", ErrorCode.RESOURCE_EXHAUSTED, 10.0)
-    metrics.failed("m", "1", ErrorCode.INVALID_ARGUMENT, 10.0)
-    metrics.succeeded("m", "1", 100.0, 20.0)
+    metrics.failed("m", "1", ErrorCode.RESOURCE_EXHAUSTED)
+    metrics.failed("m", "1", ErrorCode.INVALID_ARGUMENT)
     text = generate_latest(metrics.registry).decode()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -149,7 +153,11 @@ def test_metrics_expose_triton_names_and_failure_reasons() -> None:
     for reason in ("REJECTED", "OTHER"):
         key = ("nv_inference_request_failure", tuple(sorted((*model, ("reason", reason)))))
         assert samples[key] == 1
-    assert samples[("inferd_request_duration_us_count", model)] == 3
+    assert samples[("inferd_request_duration_us_count", model)] == 5
+    assert samples[("inferd_request_duration_us_sum", model)] == 9000
+    assert samples[("inferd_request_duration_us_bucket", (("le", "100.0"), *model))] == 1
+    assert samples[("inferd_request_duration_us_bucket", (("le", "1000.0"), *model))] == 4
+    assert samples[("inferd_queue_duration_us_bucket", (("le", "100.0"), *model))] == 5
 
 
 def test_log_settings_follow_tritons_keys() -> None:

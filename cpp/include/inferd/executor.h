@@ -7,8 +7,9 @@
 
 namespace inferd {
 
-// Runs one model instance on one batch. Implemented by the binding (executors written in Python:
-// ONNX Runtime, TensorRT). One executor serves one worker thread at a time, so implementations need
+// Runs one model instance on one batch. Implemented in the core (OnnxRuntimeExecutor: ONNX models
+// on the CPU, no GIL) and by the binding (executors written in Python: ONNX Runtime on a GPU,
+// TensorRT, test executors). One executor serves one worker thread at a time, so implementations need
 // not be thread-safe, except that a pipelined executor's stage() runs on a second thread,
 // concurrently with execute().
 class Executor {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "inferd/status.h"
@@ -11,6 +12,7 @@
 namespace inferd {
 
 using Clock = std::chrono::steady_clock;
+struct ModelSignature;
 
 // One inference request as the core sees it: already decoded and validated against the model by
 // the caller, inputs in the model's input order. `token` is the caller's handle for the answer.
@@ -22,6 +24,13 @@ struct InferenceRequest {
   uint32_t priority = 0;    // 1 = highest; 0 = the model's default level
   uint64_t timeout_us = 0;  // the request's queue timeout, when the policy lets it override; 0 = none
   Clock::time_point deadline = Clock::time_point::max();  // the caller's deadline
+  bool checked = false;     // inputs already checked against their shapes (build_inference_request)
+
+  // For a request that came as protocol bytes: what its answer is written from (null otherwise).
+  std::shared_ptr<const ModelSignature> signature;
+  std::string id;                          // echoed in the answer
+  std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
+  bool stream = false;                      // answered as a ModelStreamInferResponse
 
   // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};

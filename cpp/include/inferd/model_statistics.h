@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -18,6 +19,16 @@ struct Duration {
   }
 };
 
+// A fixed-bucket latency histogram, for Prometheus: 100 µs .. 10 s. counts[i] counts values at
+// most kBoundsUs[i] (and above the bound before it); the last count is above every bound.
+struct LatencyHistogram {
+  static constexpr std::array<uint64_t, 12> kBoundsUs = {100,   250,   500,    1000,    2500,    5000,
+                                                         10000, 25000, 50000, 100000, 1000000, 10000000};
+  std::array<uint64_t, kBoundsUs.size() + 1> counts{};
+  uint64_t sum_ns = 0;
+  void add(uint64_t ns);
+};
+
 // Durations of one batch execution's three compute phases.
 struct BatchDurations {
   Duration compute_input, compute_infer, compute_output;
@@ -30,6 +41,9 @@ struct StatisticsSnapshot {
   uint64_t execution_count = 0;    // batch executions
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   std::map<uint64_t, BatchDurations> batches;  // keyed by batch size (rows of all its requests)
+  // Per request, from its enqueue to its answer (successes and failures in the core), and the
+  // time it waited in the queue (successes).
+  LatencyHistogram request_duration, queue_duration;
 };
 
 // The timestamps of one batch's trip through a worker, taken with the monotonic clock.

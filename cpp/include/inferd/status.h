@@ -16,6 +16,7 @@ enum class StatusCode : int {
   kDeadlineExceeded = 5,
   kCancelled = 6,
   kInternal = 7,
+  kUnimplemented = 8,        // a protocol feature inferd does not offer
 };
 
 // A status code with a human-readable message; cheap to copy when ok.

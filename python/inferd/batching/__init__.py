@@ -7,8 +7,13 @@ from inferd.batching.core import (
     CoreTiming,
     HostBufferPool,
     ModelScheduler,
+    TensorSignature,
+    WireRequest,
+    core_signature,
     cuda_device_count,
     cuda_runtime_description,
+    parse_infer_request,
+    stream_error_response,
 )
 from inferd.batching.cuda import (
     CudaEvent,
@@ -33,7 +38,12 @@ __all__ = [
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
+    "TensorSignature",
+    "WireRequest",
+    "core_signature",
     "cuda_device_count",
     "cuda_runtime_description",
+    "parse_infer_request",
     "pinned_array",
+    "stream_error_response",
 ]

@@ -11,13 +11,14 @@ import asyncio
 import itertools
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 import inferd._core as _core
 from inferd.batching.policy import BatchingPolicy, QueuePolicy
-from inferd.errors import ErrorCode, error_for_code
+from inferd.datatypes import Datatype
+from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 from inferd.executors.base import Executor
 
 # (core datatype code, shape, buffer): a tensor as the core takes it.
@@ -56,8 +57,78 @@ _WALL_MINUS_STEADY_NS = time.time_ns() - _core.steady_clock_ns()
 
 
 class CoreResult(NamedTuple):
-    outputs: CoreOutputs
+    outputs: Any  # CoreOutputs, or the serialized answer of a request submitted as bytes
     timing: CoreTiming
+
+
+class TensorSignature(Protocol):
+    """An input or output as the completed config declares it (dims exclude the batch dim)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def datatype(self) -> Datatype: ...
+    @property
+    def dims(self) -> tuple[int, ...]: ...
+    @property
+    def reshape(self) -> tuple[int, ...] | None: ...
+    @property
+    def optional(self) -> bool: ...
+
+
+WireRequest = _core.WireRequest
+ModelSignature = _core.ModelSignature
+
+
+def core_signature(
+    name: str,
+    version: str,
+    max_batch_size: int,
+    inputs: Sequence[TensorSignature],
+    outputs: Sequence[TensorSignature],
+) -> ModelSignature:
+    """What the core checks a model version's requests against and writes its answers from."""
+    return _core.ModelSignature(
+        name,
+        version,
+        max_batch_size,
+        # BYTES inputs are ONNX strings, UTF-8 text by the ONNX spec: checked per request, so
+        # that a bad one fails alone instead of the batch it would have joined.
+        [
+            (
+                t.name,
+                t.datatype.config_type,
+                list(t.dims),
+                t.reshape,
+                t.optional,
+                t.datatype.is_bytes,
+            )
+            for t in inputs
+        ],
+        [(t.name, t.datatype.config_type, list(t.dims), t.reshape is not None) for t in outputs],
+    )
+
+
+def parse_infer_request(data: bytes) -> WireRequest:
+    """A serialized ModelInferRequest, parsed by the core (views of ``data``, no copies)."""
+    try:
+        request: WireRequest = _core.parse_infer_request(data)
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
+    return request
+
+
+def stream_error_response(message: str, request_id: str) -> bytes:
+    """A serialized ModelStreamInferResponse that reports one failed request."""
+    answer: bytes = _core.stream_error_response(message, request_id)
+    return answer
+
+
+def _deadline_us(deadline_s: float | None) -> int:
+    """The core's deadline argument: µs from now, 0 for none (and for one beyond 2^63 µs)."""
+    if deadline_s is None or deadline_s * 1e6 >= 2**63:
+        return 0
+    return max(1, int(deadline_s * 1e6))
 
 
 def check_status_codes() -> None:
@@ -173,18 +244,20 @@ class ModelScheduler:
         self,
         dispatcher: CompletionDispatcher,
         pool: HostBufferPool,
-        model_name: str,
+        signature: ModelSignature,
         policy: BatchingPolicy,
         executors: list[Executor],
         output_datatypes: list[int],
     ) -> None:
         self._dispatcher = dispatcher
         self._executors = executors
+        self._signature = signature
         self.policy = policy
         self._core = _core.Scheduler(
-            model_name,
+            signature.name,
             _core_batcher_options(policy),
-            list(executors),
+            # A native executor's core_session runs in the core, without the GIL.
+            [getattr(e, "core_session", e) for e in executors],
             output_datatypes,
             dispatcher.queue,
             pool.core,
@@ -207,7 +280,7 @@ class ModelScheduler:
         caller will wait, makes a request still queued when it passes DEADLINE_EXCEEDED without
         being computed. If the caller is cancelled while the request waits, it leaves the queue.
         """
-        deadline_us = 0 if deadline_s is None else max(1, int(deadline_s * 1e6))
+        deadline_us = _deadline_us(deadline_s)
         token, future = self._dispatcher.expect()
         code, message = self._core.submit(
             token, batch_size, inputs, priority, timeout_us, deadline_us
@@ -219,6 +292,26 @@ class ModelScheduler:
             return await future
         except asyncio.CancelledError:
             self._core.cancel(token)  # still queued: out it goes; running: its answer is dropped
+            raise
+
+    async def infer_request(
+        self, request: WireRequest, *, deadline_s: float | None = None, stream: bool = False
+    ) -> CoreResult:
+        """Computes a parsed ModelInferRequest: the core checks it against the model, runs it and
+        writes its answer, returned as the serialized ModelInferResponse (ModelStreamInferResponse
+        with ``stream``). Deadline and cancellation as in ``infer``."""
+        deadline_us = _deadline_us(deadline_s)
+        token, future = self._dispatcher.expect()
+        code, message = self._core.submit_request(
+            token, self._signature, request, deadline_us, stream
+        )
+        if code != 0:
+            self._dispatcher.forget(token)
+            raise error_for_code(code, message)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._core.cancel(token)
             raise
 
     @property

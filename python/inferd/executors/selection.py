@@ -1,6 +1,6 @@
-"""Which executor runs a model version's instances: ONNX Runtime (CPU, or CUDA/TensorRT providers
-on a GPU) by default; TensorRT itself for a serialized engine (platform tensorrt_plan) or when the
-config's ``inferd.executor`` parameter asks for it."""
+"""Which executor runs a model version's instances: ONNX Runtime (CPU, in the core when its
+library loads, or CUDA/TensorRT providers on a GPU) by default; TensorRT itself for a serialized
+engine (platform tensorrt_plan) or when the config's ``inferd.executor`` parameter asks for it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from typing import Any
 from inferd.errors import ModelLoadError
 from inferd.executors.base import Executor
 from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.executors.onnxruntime_native import (
+    NativeOnnxRuntimeExecutor,
+    native_onnxruntime,
+)
 from inferd.executors.tensorrt import (
     TensorRtExecutor,
     build_engine,
@@ -44,7 +48,17 @@ def create_executors(
     executors: list[Executor] = []
     try:
         if not wants_tensorrt(config):
+            output_datatypes = [int(t.data_type) for t in config.output]
             for placement in placements:
+                # CPU instances run in the core, without the GIL, when ONNX Runtime's library
+                # loads; GPU instances keep the Python executor (IOBinding on their stream).
+                if not placement.on_gpu and native_onnxruntime().version is not None:
+                    executors.append(
+                        NativeOnnxRuntimeExecutor(
+                            model_file, inputs, outputs, ort_options, output_datatypes
+                        )
+                    )
+                    continue
                 executors.append(
                     OnnxRuntimeExecutor(
                         model_file,

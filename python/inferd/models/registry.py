@@ -20,6 +20,7 @@ from inferd.batching import (
     CompletionDispatcher,
     HostBufferPool,
     ModelScheduler,
+    core_signature,
     cuda_device_count,
     cuda_runtime_description,
 )
@@ -316,7 +317,7 @@ class ModelRegistry:
         scheduler = ModelScheduler(
             self._dispatcher,
             self._pool,
-            name,
+            core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
             policy,
             executors,
             [t.datatype.config_type for t in outputs],

@@ -1,9 +1,9 @@
 """Prometheus metrics on ``/metrics``, with Triton's families and names.
 
 Counts and cumulative durations are read from the core's counters at scrape time, the same ones
-``ModelStatistics`` answers with, so the two never disagree. Latency and queue-time histograms are
-observed per request, and failures are counted by reason, as requests finish; the batch-size
-histogram is built from the core's per-size batch counts. GPU figures come from NVML when
+``ModelStatistics`` answers with, so the two never disagree; so are the latency, queue-time and
+batch-size histograms, which the core keeps. Only failures are counted here, by reason, as they
+happen (a request the core refuses never reaches its counters). GPU figures come from NVML when
 ``nvidia-ml-py`` and a GPU are there.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -25,8 +25,6 @@ from inferd.errors import ErrorCode
 log = structlog.get_logger(__name__)
 
 MODEL_LABELS = ("model", "version")
-# Microseconds: 100 µs .. 10 s, for server-side latency and queue time.
-LATENCY_BUCKETS_US = (100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1e6, 1e7)
 
 # Triton's failure reasons: refused by a queue policy, cancelled, failed in the backend, other.
 FAILURE_REASONS: dict[ErrorCode, str] = {
@@ -125,10 +123,40 @@ class CoreStatisticsCollector(Collector):
             batch_sizes.add_metric([c.name, c.version], buckets, sum_value=total)
         yield pending
         yield batch_sizes
+        for key, name, doc in (
+            (
+                "request_duration",
+                "inferd_request_duration_us",
+                "Request latency in the core in microseconds, from its queueing to its answer",
+            ),
+            (
+                "queue_duration",
+                "inferd_queue_duration_us",
+                "Time a request waited in the core's queue, in microseconds",
+            ),
+        ):
+            latency = HistogramMetricFamily(name, doc, labels=MODEL_LABELS)
+            for c in counters:
+                latency.add_metric([c.name, c.version], *_cumulative_buckets(c.statistics[key]))
+            yield latency
 
 
 def _cumulative_us(key: str) -> Callable[[ModelCounters], float]:
     return lambda c: c.statistics[key]["ns"] // 1000
+
+
+def _cumulative_buckets(
+    histogram: tuple[list[int], list[int], int],
+) -> tuple[list[tuple[str, float]], float]:
+    """The core's (bounds in µs, count per bucket, sum in ns) -> Prometheus' cumulative buckets
+    and sum in µs."""
+    bounds, counts, sum_ns = histogram
+    buckets, running = [], 0
+    for bound, count in zip(bounds, counts, strict=False):
+        running += count
+        buckets.append((str(float(bound)), float(running)))
+    buckets.append(("+Inf", float(running + counts[-1])))
+    return buckets, sum_ns / 1000
 
 
 class FailureCounts(Collector):
@@ -202,42 +230,10 @@ class InferenceMetrics:
             self.registry.register(gpu_collector)
         self.failures = FailureCounts()
         self.registry.register(self.failures)
-        self.request_duration = Histogram(
-            "inferd_request_duration_us",
-            "Server-side request latency in microseconds, from the call's arrival to its answer",
-            MODEL_LABELS,
-            buckets=LATENCY_BUCKETS_US,
-            registry=self.registry,
-        )
-        self.queue_duration = Histogram(
-            "inferd_queue_duration_us",
-            "Time a request waited in the core's queue, in microseconds",
-            MODEL_LABELS,
-            buckets=LATENCY_BUCKETS_US,
-            registry=self.registry,
-        )
         self._http: tuple[WSGIServer, threading.Thread] | None = None
-        # Labelled children by (model, version): labels() costs a locked lookup per call.
-        self._children: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
 
-    def _histograms(self, model: str, version: str) -> tuple[Histogram, Histogram]:
-        key = (model, version)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                self.request_duration.labels(model, version),
-                self.queue_duration.labels(model, version),
-            )
-        return children
-
-    def succeeded(self, model: str, version: str, duration_us: float, queue_us: float) -> None:
-        duration, queue = self._histograms(model, version)
-        duration.observe(duration_us)
-        queue.observe(queue_us)
-
-    def failed(self, model: str, version: str, code: ErrorCode, duration_us: float) -> None:
+    def failed(self, model: str, version: str, code: ErrorCode) -> None:
         self.failures.count(model, version, FAILURE_REASONS.get(code, "OTHER"))
-        self._histograms(model, version)[0].observe(duration_us)
 
     def serve(self, host: str, port: int) -> int:
         """Starts ``/metrics`` on a thread of its own; returns the bound port."""

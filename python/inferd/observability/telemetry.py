@@ -1,18 +1,21 @@
 """What the data path reports about each request: its span (continuing the caller's trace), its
-metrics, and its log line when verbose. The transport opens a ``RequestTelemetry`` per request;
-the data plane tells it which model version ran the request and how the core timed it.
+failure, and its log line when verbose. When tracing or verbose logging is on, the transport opens
+a ``RequestTelemetry`` per request and the data plane tells it which model version ran the request
+and how the core timed it; otherwise a request costs no telemetry object at all, and only a
+failure is reported (``Telemetry.failed``). Counts and latencies are the core's, read at scrape
+time (``inferd.observability.metrics``).
 
 Spans: ``ModelInfer`` (server span, parent from the caller's ``traceparent``/``tracestate``) with
-children ``decode``, ``queue``, ``compute`` and ``encode``; queue and compute take their times from
-the core. Each executed batch is one ``batch`` span linked to the spans of the requests in it.
+children ``queue`` and ``compute``, timed by the core (which also parses the request and writes
+its answer, in microseconds: they have no spans of their own). Each executed batch is one
+``batch`` span linked to the spans of the requests in it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -32,7 +35,6 @@ from inferd.observability.metrics import InferenceMetrics
 log = structlog.get_logger(__name__)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_NO_STAGE: AbstractContextManager[None] = nullcontext()
 # A batch whose requests did not all report (their callers went away) is exported this late.
 _BATCH_STALE_NS = 5_000_000_000
 
@@ -115,10 +117,22 @@ class Telemetry:
         self.tracer = tracer_provider.get_tracer("inferd") if tracer_provider else None
         self.batches = BatchSpans(self.tracer) if self.tracer else None
 
+    @property
+    def observes_each_request(self) -> bool:
+        """Whether a request needs a ``RequestTelemetry`` of its own: a span (tracing is on) or
+        a log line (verbose). Otherwise a request creates no telemetry object: its counts and
+        latencies are the core's, read at scrape time, and only a failure is reported here."""
+        return self.tracer is not None or self.log_control.verbose > 0
+
     def request(
         self, model_name: str, metadata: Sequence[tuple[str, Any]] | None
     ) -> RequestTelemetry:
         return RequestTelemetry(self, model_name, metadata)
+
+    def failed(self, model: str, version: str, error: BaseException) -> None:
+        """A request that no ``RequestTelemetry`` observes failed on a known model version."""
+        if self.metrics is not None:
+            self.metrics.failed(model, version, _error_code(error))
 
     def close(self) -> None:
         """Exports the spans still buffered and stops the exporter and the metrics endpoint."""
@@ -165,31 +179,14 @@ class RequestTelemetry:
                 context=parent,
                 kind=SpanKind.SERVER,
                 attributes={"rpc.system": "grpc", "inferd.model": self.model},
+                # On the core's clock, as its queue and compute children are: the wall clock
+                # and the converted core times may disagree by a microsecond.
+                start_time=CoreTiming.wall_ns(CoreTiming.now_ns()),
             )
             self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
         else:
             self._token = REQUEST_METADATA.set(self._metadata)
         return self
-
-    def stage(self, name: str) -> AbstractContextManager[Any]:
-        """A child span around a Python stage (decode, encode); nothing when not traced."""
-        if self._span is None or not self._span.is_recording():
-            return _NO_STAGE
-        return self._stage(name)
-
-    @contextmanager
-    def _stage(self, name: str) -> Iterator[None]:
-        assert self._owner.tracer is not None and self._span is not None
-        # Not made current: records inside a stage carry the request span's ids, which is what
-        # a reader of the logs looks for, and attaching a context per stage costs a few µs.
-        span = self._owner.tracer.start_span(name, context=trace.set_span_in_context(self._span))
-        try:
-            yield
-        except BaseException as e:
-            span.set_status(Status(StatusCode.ERROR, str(e)))
-            raise
-        finally:
-            span.end()
 
     def resolved(self, model: str, version: str) -> None:
         """The data plane found the version that will answer."""
@@ -237,13 +234,8 @@ class RequestTelemetry:
         duration_us = (time.monotonic_ns() - self._start_ns) / 1000
         code = _error_code(error) if error is not None else None
         owner = self._owner
-        if owner.metrics is not None and self.version:
-            if code is None:
-                timing = self.timing
-                queue_us = (timing.compute_start - timing.enqueued) / 1000 if timing else 0.0
-                owner.metrics.succeeded(self.model, self.version, duration_us, queue_us)
-            else:
-                owner.metrics.failed(self.model, self.version, code, duration_us)
+        if owner.metrics is not None and self.version and code is not None:
+            owner.metrics.failed(self.model, self.version, code)
         if owner.log_control.verbose > 0:
             log.info(
                 "inference",
@@ -256,7 +248,7 @@ class RequestTelemetry:
         if self._span is not None:
             if code is not None:
                 self._span.set_status(Status(StatusCode.ERROR, f"{code.name}: {error}"))
-            self._span.end()
+            self._span.end(end_time=CoreTiming.wall_ns(CoreTiming.now_ns()))
             otel_context.detach(self._token)  # type: ignore[arg-type]
         else:
             REQUEST_METADATA.reset(self._token)  # type: ignore[arg-type]

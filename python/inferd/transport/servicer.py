@@ -11,6 +11,7 @@ import grpc
 import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
+from inferd.batching import WireRequest, stream_error_response
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.models.control import ModelControl
@@ -93,19 +94,31 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         return pb.RepositoryModelUnloadResponse()
 
     @answers_errors
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await self._infer(request, context, context.invocation_metadata())
+    async def ModelInfer(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Bytes in, bytes out: the core parses the request and writes the answer."""
+        return await self._infer(self._dataplane.parse(request), context, None, stream=False)
 
-    async def _infer(self, request: Any, context: grpc.aio.ServicerContext, metadata: Any) -> Any:
-        """One ModelInferRequest -> its ModelInferResponse, observed (span, metrics, log)."""
-        with self._telemetry.request(request.model_name, metadata) as observed:
-            with observed.stage("decode"):
-                decoded = codec.decode_infer_request(request)
-            response = await self._dataplane.infer(
-                decoded, deadline_s=context.time_remaining(), observed=observed
+    async def _infer(
+        self,
+        request: WireRequest,
+        context: grpc.aio.ServicerContext,
+        metadata: Any | None,
+        stream: bool,
+    ) -> bytes:
+        """One parsed request -> its serialized answer. Observed (span, failure count, log line)
+        only when tracing or verbose logging asks for it; otherwise only failures are counted.
+        ``metadata``: the call's, when already read (streams); read here only if observed."""
+        deadline_s = context.time_remaining()
+        if not self._telemetry.observes_each_request:
+            return await self._dataplane.infer(
+                request, deadline_s=deadline_s, stream=stream, on_failure=self._telemetry.failed
             )
-            with observed.stage("encode"):
-                return codec.encode_infer_response(response)
+        if metadata is None:
+            metadata = context.invocation_metadata()
+        with self._telemetry.request(request.model_name, metadata) as observed:
+            return await self._dataplane.infer(
+                request, deadline_s=deadline_s, stream=stream, observed=observed
+            )
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -113,36 +126,38 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         return codec.encode_log_settings(current)
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
-        """Answers each request as it completes, not in arrival order. A failed request is
-        answered in ``error_message`` (its id in ``infer_response``) and the stream goes on,
-        unless the client sent the ``triton_grpc_error: true`` header (Triton's opt-in): then the
-        call ends with the status."""
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """Answers each request as it completes, not in arrival order. A failed request, or a
+        message that is not a ModelInferRequest, is answered in ``error_message`` (with the
+        request's id when it has one) and the stream goes on, unless the client sent the
+        ``triton_grpc_error: true`` header (Triton's opt-in): then the call ends with the status."""
         metadata_pairs = context.invocation_metadata()
         metadata = dict(metadata_pairs or ())
         end_on_error = str(metadata.get("triton_grpc_error", "")).lower() == "true"
-        answers: asyncio.Queue[Any] = asyncio.Queue()
+        answers: asyncio.Queue[bytes | tuple[BaseException, str] | None] = asyncio.Queue()
 
-        async def answer(request: Any) -> None:
+        async def answer(data: bytes) -> None:
+            request_id = ""
             try:
-                encoded = await self._infer(request, context, metadata_pairs)
-                await answers.put(pb.ModelStreamInferResponse(infer_response=encoded))
+                request = self._dataplane.parse(data)
+                request_id = request.id
+                answers.put_nowait(await self._infer(request, context, metadata_pairs, stream=True))
             except Exception as e:
-                await answers.put((e, request.id))
+                answers.put_nowait((e, request_id))
 
         tasks: set[asyncio.Task[None]] = set()
 
         async def read_all() -> None:
             try:
-                async for request in requests:
-                    task = asyncio.create_task(answer(request))
+                async for data in requests:
+                    task = asyncio.create_task(answer(data))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 if tasks:
                     await asyncio.gather(*tasks)
             finally:
-                await answers.put(None)
+                answers.put_nowait(None)
 
         reader = asyncio.create_task(read_all())
         try:
@@ -154,9 +169,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                         await context.abort(code, message)
                     # Answers come in completion order: as Triton does, the error carries the
                     # failed request's id, so that the client knows which request failed.
-                    yield pb.ModelStreamInferResponse(
-                        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
-                    )
+                    yield stream_error_response(message, request_id)
                 else:
                     yield item
         finally:
@@ -164,3 +177,32 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
             reader.cancel()
             for task in tasks:
                 task.cancel()
+
+
+# The methods whose messages the core parses and writes itself: grpc hands them over as bytes.
+_BYTES_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+def add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
+    """Registers ``inference.GRPCInferenceService`` on ``server``: every method of the proto's
+    service, with protobuf (de)serialization except for the inference methods, which take and
+    return serialized bytes."""
+    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in service.methods:
+        raw = method.name in _BYTES_METHODS
+        request_type = getattr(pb, method.input_type.name)
+        response_type = getattr(pb, method.output_type.name)
+        make = (
+            grpc.stream_stream_rpc_method_handler
+            if method.client_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=None if raw else request_type.FromString,
+            response_serializer=None if raw else response_type.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )

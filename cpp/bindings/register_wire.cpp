@@ -1,0 +1,107 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+
+#include "inferd/infer_request_parser.h"
+#include "inferd/infer_response_writer.h"
+#include "inferd/model_signature.h"
+#include "python_tensor.h"
+#include "wire_request.h"
+
+namespace py = pybind11;
+
+namespace inferd::python {
+namespace {
+
+DataType datatype(int code) {
+  if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+  return static_cast<DataType>(code);
+}
+
+std::shared_ptr<ModelSignature> make_signature(std::string name, std::string version, int64_t max_batch_size,
+                                               const std::vector<py::tuple>& inputs,
+                                               const std::vector<py::tuple>& outputs) {
+  auto signature = std::make_shared<ModelSignature>();
+  signature->name = std::move(name);
+  signature->version = std::move(version);
+  signature->max_batch_size = max_batch_size;
+  for (const py::tuple& t : inputs) {
+    InputSignature in;
+    in.name = t[0].cast<std::string>();
+    in.dtype = datatype(t[1].cast<int>());
+    in.dims = t[2].cast<std::vector<int64_t>>();
+    in.has_reshape = !t[3].is_none();
+    if (in.has_reshape) in.reshape = t[3].cast<std::vector<int64_t>>();
+    in.optional = t[4].cast<bool>();
+    in.utf8 = t[5].cast<bool>();
+    signature->inputs.push_back(std::move(in));
+  }
+  for (const py::tuple& t : outputs) {
+    OutputSignature out;
+    out.name = t[0].cast<std::string>();
+    out.dtype = datatype(t[1].cast<int>());
+    out.dims = t[2].cast<std::vector<int64_t>>();
+    out.has_reshape = t[3].cast<bool>();
+    signature->outputs.push_back(std::move(out));
+  }
+  return signature;
+}
+
+std::unique_ptr<WireRequest> parse(const py::bytes& data) {
+  auto request = std::make_unique<WireRequest>();
+  request->owner = hold_reference(data);
+  const std::string_view bytes(PyBytes_AS_STRING(data.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(data.ptr())));
+  request->size = bytes.size();
+  // The GIL stays held: the walk visits each field once and skips tensor bytes by their length,
+  // so even a large request costs microseconds; releasing would cost a thread switch.
+  Status status = parse_infer_request(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), &request->parsed);
+  if (!status.ok()) throw std::invalid_argument(status.message);
+  return request;
+}
+
+py::str text(std::string_view s) { return py::str(s.data(), s.size()); }
+
+}  // namespace
+
+py::bytes write_response(const InferenceRequest& request, const std::vector<Tensor>& outputs) {
+  const InferResponseWriter writer(request, outputs, request.stream);
+  if (!writer.error().empty()) throw std::runtime_error(writer.error());  // answered INTERNAL
+  py::object bytes = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(writer.size())));
+  if (!bytes) throw py::error_already_set();
+  auto* out = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(bytes.ptr()));
+  if (writer.data_bytes() < (64u << 10)) {
+    writer.write(out);  // small: a thread switch would cost more than the copy
+  } else {
+    // The new bytes object is ours alone until returned; the outputs are held by their tensors and
+    // nobody writes them.
+    py::gil_scoped_release release;
+    writer.write(out);
+  }
+  return py::reinterpret_steal<py::bytes>(bytes.release());
+}
+
+void register_wire(py::module_& m) {
+  py::class_<ModelSignature, std::shared_ptr<ModelSignature>>(m, "ModelSignature")
+      .def(py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"),
+           py::arg("inputs"), py::arg("outputs"),
+           "inputs: (name, datatype code, dims, reshape or None, optional, utf8); outputs: (name, datatype code, "
+           "dims, has_reshape). What the core checks requests against and writes answers from.")
+      .def_property_readonly("name", [](const ModelSignature& s) { return s.name; })
+      .def_property_readonly("version", [](const ModelSignature& s) { return s.version; });
+
+  py::class_<WireRequest>(m, "WireRequest")
+      .def_property_readonly("model_name", [](const WireRequest& r) { return text(r.parsed.model_name); })
+      .def_property_readonly("model_version", [](const WireRequest& r) { return text(r.parsed.model_version); })
+      .def_property_readonly("id", [](const WireRequest& r) { return text(r.parsed.id); });
+
+  m.def("parse_infer_request", &parse, py::arg("data"),
+        "A serialized ModelInferRequest -> WireRequest, viewing (and holding) the bytes. Raises ValueError "
+        "naming the field when the bytes are not a well-formed ModelInferRequest.");
+  m.def(
+      "stream_error_response",
+      [](std::string_view message, std::string_view id) { return py::bytes(stream_error_response(message, id)); },
+      py::arg("message"), py::arg("id"), "A serialized ModelStreamInferResponse reporting one failed request.");
+}
+
+}  // namespace inferd::python

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inferd/inference_request.h"
+#include "inferd/model_signature.h"
+#include "inferd/tensor.h"
+
+namespace inferd {
+
+// Writes the ModelInferResponse of a computed request, byte for byte what protobuf's serializer
+// writes for the same message: model_name, model_version, id, then each requested output's
+// name, datatype and shape (in the protocol's dims when the config reshapes it), then the raw
+// output contents. Each output's bytes are copied once, straight from the scattered output into
+// the response. With `stream`, the response is wrapped as ModelStreamInferResponse.infer_response.
+//
+// Usage: construct, allocate size() bytes, write() into them. The request and outputs must outlive
+// the writer. Not thread-safe; never blocks.
+class InferResponseWriter {
+ public:
+  // `request` must carry a signature (it came through build_inference_request); `outputs` are every
+  // model output, in model order.
+  InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs, bool stream);
+
+  // Empty, or why these outputs cannot be written (an output whose element count does not fit
+  // its reshaped dims): the request then fails with INTERNAL instead.
+  const std::string& error() const { return error_; }
+  size_t size() const { return total_size_; }
+  // Bytes of output data to copy: callers release locks (the GIL) around write() when it is large.
+  size_t data_bytes() const { return data_bytes_; }
+  // Writes exactly size() bytes at `out`.
+  void write(std::byte* out) const;
+
+ private:
+  struct Output {
+    const OutputSignature* spec;
+    const Tensor* tensor;
+    std::vector<int64_t> shape;  // as the protocol shows it
+    size_t shape_bytes;          // packed shape payload
+    size_t message_bytes;        // the InferOutputTensor message
+  };
+  const InferenceRequest& request_;
+  const ModelSignature& model_;
+  bool stream_;
+  std::vector<Output> outputs_;
+  size_t message_size_ = 0;  // the ModelInferResponse
+  size_t total_size_ = 0;    // with the stream wrapper, if any
+  size_t data_bytes_ = 0;
+  std::string error_;
+};
+
+// A ModelStreamInferResponse that reports one failed request: `error_message` and an
+// infer_response carrying only the request's `id` (Triton's way of saying which request failed).
+std::string stream_error_response(std::string_view message, std::string_view id);
+
+}  // namespace inferd

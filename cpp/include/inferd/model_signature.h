@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inferd/infer_request_parser.h"
+#include "inferd/inference_request.h"
+#include "inferd/status.h"
+#include "inferd/tensor.h"
+
+namespace inferd {
+
+// An input as the protocol shows it (`dims`, without the batch dim) and as the model takes it
+// (`reshape`, when the config has one).
+struct InputSignature {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  std::vector<int64_t> dims;  // -1 = any
+  bool has_reshape = false;
+  std::vector<int64_t> reshape;
+  bool optional = false;  // a request may leave it out
+  bool utf8 = false;      // BYTES elements must be UTF-8 text (ONNX strings)
+};
+
+struct OutputSignature {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  std::vector<int64_t> dims;  // the protocol's dims; used when the model's shape is reshaped
+  bool has_reshape = false;
+};
+
+// What a model version accepts and answers, for checking requests and writing answers in the core.
+// Immutable once built; shared by the requests that are checked against it.
+struct ModelSignature {
+  std::string name;
+  std::string version;
+  int64_t max_batch_size = 0;  // 0: the model does not batch
+  std::vector<InputSignature> inputs;
+  std::vector<OutputSignature> outputs;
+};
+
+// Checks `parsed` against `signature` and fills `out` (an empty request) with the model's inputs
+// in model order, views of the request's bytes where the wire gave them raw, decoded into buffers
+// of the request's own where it gave typed contents; `owner` keeps the bytes alive and becomes each
+// raw tensor's owner. Every check of a request happens here, once: names, datatypes, shapes,
+// element and byte counts, BYTES length prefixes (walked once), batch size, optional inputs,
+// requested outputs and the reserved parameters `priority` and `timeout`. Buffers are sized only
+// after their element counts were checked against the bytes received. On failure `out` must be
+// dropped. Thread-safe (reads only); never blocks. INVALID_ARGUMENT or UNIMPLEMENTED, with a
+// message naming the tensor.
+Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature,
+                               const ParsedInferRequest& parsed, const std::shared_ptr<const void>& owner,
+                               InferenceRequest* out);
+
+// `shape` with its non-batch dims replaced by `dims`, whose one -1 takes what is left of the
+// element count: the config's reshape, from the protocol's dims to the model's or back. Returns
+// false when the result does not hold the same number of elements (e.g. 3 elements and [-1, 2]).
+bool reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>& dims, bool batched,
+                  std::vector<int64_t>* out);
+
+// The protocol's name of a datatype ("FP32"), and back (false for an unknown name).
+const char* datatype_name(DataType dtype);
+bool datatype_from_name(std::string_view name, DataType* out);
+
+}  // namespace inferd

@@ -1,0 +1,101 @@
+#include "inferd/infer_response_writer.h"
+
+#include "inferd/wire_format.h"
+
+namespace inferd {
+namespace {
+
+// Field numbers of grpc_service.proto.
+namespace response_field {
+constexpr uint32_t kModelName = 1, kModelVersion = 2, kId = 3, kOutputs = 5, kRawOutputContents = 6;
+}
+namespace output_field {
+constexpr uint32_t kName = 1, kDatatype = 2, kShape = 3;
+}
+namespace stream_field {
+constexpr uint32_t kErrorMessage = 1, kInferResponse = 2;
+}
+
+// proto3 leaves empty strings out.
+size_t string_field_size(uint32_t field, std::string_view value) {
+  return value.empty() ? 0 : length_delimited_size(field, value.size());
+}
+
+void write_string_field(WireWriter* writer, uint32_t field, std::string_view value) {
+  if (!value.empty()) writer->bytes_field(field, value);
+}
+
+}  // namespace
+
+InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs,
+                                         bool stream)
+    : request_(request), model_(*request.signature), stream_(stream) {
+  const bool batched = model_.max_batch_size > 0;
+  auto add = [&](uint32_t index) {
+    if (index >= outputs.size() || index >= model_.outputs.size()) {
+      if (error_.empty()) error_ = "model '" + model_.name + "' gave fewer outputs than its signature lists";
+      return;
+    }
+    const OutputSignature& spec = model_.outputs[index];
+    const Tensor& tensor = outputs[index];
+    Output out{&spec, &tensor, tensor.shape, 0, 0};
+    if (spec.has_reshape && !reshape_dims(tensor.shape, spec.dims, batched, &out.shape) && error_.empty()) {
+      error_ = "output '" + spec.name + "' of model '" + model_.name + "' cannot be shown in its dims (reshape)";
+    }
+    for (int64_t d : out.shape) out.shape_bytes += varint_size(static_cast<uint64_t>(d));
+    out.message_bytes = string_field_size(output_field::kName, spec.name) +
+                        string_field_size(output_field::kDatatype, datatype_name(spec.dtype)) +
+                        (out.shape.empty() ? 0 : length_delimited_size(output_field::kShape, out.shape_bytes));
+    outputs_.push_back(std::move(out));
+  };
+  if (request.requested_outputs.empty()) {
+    for (uint32_t i = 0; i < model_.outputs.size() && i < outputs.size(); ++i) add(i);
+  } else {
+    for (uint32_t i : request.requested_outputs) add(i);
+  }
+  message_size_ = string_field_size(response_field::kModelName, model_.name) +
+                  string_field_size(response_field::kModelVersion, model_.version) +
+                  string_field_size(response_field::kId, request.id);
+  for (const Output& o : outputs_) {
+    message_size_ += length_delimited_size(response_field::kOutputs, o.message_bytes);
+    // Outputs always travel raw (tritonclient reads only raw_output_contents), even when empty.
+    message_size_ += length_delimited_size(response_field::kRawOutputContents, o.tensor->byte_size);
+    data_bytes_ += o.tensor->byte_size;
+  }
+  total_size_ = stream_ ? length_delimited_size(stream_field::kInferResponse, message_size_) : message_size_;
+}
+
+void InferResponseWriter::write(std::byte* out) const {
+  WireWriter writer(out, total_size_);
+  if (stream_) writer.length_prefix(stream_field::kInferResponse, message_size_);
+  write_string_field(&writer, response_field::kModelName, model_.name);
+  write_string_field(&writer, response_field::kModelVersion, model_.version);
+  write_string_field(&writer, response_field::kId, request_.id);
+  for (const Output& o : outputs_) {
+    writer.length_prefix(response_field::kOutputs, o.message_bytes);
+    write_string_field(&writer, output_field::kName, o.spec->name);
+    write_string_field(&writer, output_field::kDatatype, datatype_name(o.spec->dtype));
+    if (!o.shape.empty()) {
+      writer.length_prefix(output_field::kShape, o.shape_bytes);
+      for (int64_t d : o.shape) writer.varint(static_cast<uint64_t>(d));
+    }
+  }
+  for (const Output& o : outputs_) {
+    writer.length_prefix(response_field::kRawOutputContents, o.tensor->byte_size);
+    writer.raw(o.tensor->data, o.tensor->byte_size);
+  }
+}
+
+std::string stream_error_response(std::string_view message, std::string_view id) {
+  const size_t inner = string_field_size(response_field::kId, id);
+  const size_t size =
+      string_field_size(stream_field::kErrorMessage, message) + length_delimited_size(stream_field::kInferResponse, inner);
+  std::string out(size, '\0');
+  WireWriter writer(reinterpret_cast<std::byte*>(out.data()), out.size());
+  write_string_field(&writer, stream_field::kErrorMessage, message);
+  writer.length_prefix(stream_field::kInferResponse, inner);
+  write_string_field(&writer, response_field::kId, id);
+  return out;
+}
+
+}  // namespace inferd
