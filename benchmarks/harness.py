@@ -89,36 +89,57 @@ def session_threads(config: Any, intra: int, inter: int) -> tuple[int, int]:
     return intra, inter
 
 
-def ort_session(onnx_path: Path, intra: int, inter: int) -> Any:
-    """A CPU InferenceSession with inferd's session options."""
+def ort_session(onnx_path: Path, intra: int, inter: int, spinning: bool = True) -> Any:
+    """A CPU InferenceSession with these thread counts; ``spinning=False`` as inferd's sessions
+    (ONNX Runtime's pool threads do not spin after a run)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra
     options.inter_op_num_threads = inter
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(
         str(onnx_path), sess_options=options, providers=["CPUExecutionProvider"]
     )
 
 
-def batching_repository(
-    source: Path, destination: Path, models: list[str], max_queue_delay_us: int | None
-) -> str:
-    """Copies ``source`` to ``destination`` and appends a ``dynamic_batching`` block to each
-    model's config.pbtxt (creating the file where there is none). Returns the appended text."""
-    block = (
+def batching_block(max_queue_delay_us: int | None) -> str:
+    return (
         "dynamic_batching { }"
         if max_queue_delay_us is None
         else f"dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}"
     )
+
+
+def batching_repository(
+    source: Path,
+    destination: Path,
+    models: list[str],
+    max_queue_delay_us: int | dict[str, int] | None,
+) -> str:
+    """Copies ``source`` to ``destination`` and appends a ``dynamic_batching`` block to each
+    model's config.pbtxt (creating the file where there is none). ``max_queue_delay_us``: one
+    delay for every model, or a delay per model (models not named get ``dynamic_batching { }``).
+    Returns the appended text (per model, ``model: block; ...``, when the blocks differ)."""
+    delays = (
+        max_queue_delay_us
+        if isinstance(max_queue_delay_us, dict)
+        else dict.fromkeys(models, max_queue_delay_us)
+    )
     shutil.copytree(source, destination)
+    blocks: dict[str, str] = {}
     for model in models:
+        blocks[model] = batching_block(delays.get(model))
         config = destination / model / "config.pbtxt"
         text = config.read_text() if config.exists() else ""
         if text and not text.endswith("\n"):
             text += "\n"
-        config.write_text(text + block + "\n")
-    return block
+        config.write_text(text + blocks[model] + "\n")
+    if len(set(blocks.values())) <= 1:
+        return next(iter(blocks.values()), batching_block(None))
+    return "; ".join(f"{model}: {block}" for model, block in blocks.items())
 
 
 # --- servers ----------------------------------------------------------------------------------
@@ -215,9 +236,12 @@ def inferd_command(python: str, repository: Path, extra: list[str]) -> list[str]
 
 
 def floor_command(python: str, repository: Path, model: str, inline: bool) -> list[str]:
+    # The naive server runs ONNX Runtime with 1 intra-op thread, as inferd does on 2 cores (issue
+    # 10's measurement: "1 intra-op thread everywhere"); more would spin against the load.
     return [
         python, str(BENCHMARKS / "transport_floor.py"), "--model-repository", str(repository),
-        "--model", model, "--port", "0", *(["--inline"] if inline else []),
+        "--model", model, "--port", "0", "--intra-op-thread-count", "1",
+        *(["--inline"] if inline else []),
     ]  # fmt: skip
 
 

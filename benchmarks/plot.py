@@ -26,12 +26,14 @@ LABELS = {
     "floor": "transport floor",
     "inline": "inline naive server",
     "inferd": "inferd, no batching",
+    "inferd-before": "inferd BEFORE, dynamic batching",
     "inferd-batching": "inferd, dynamic batching",
 }
 STYLES = {
     "floor": {"color": "tab:gray", "marker": "s", "linestyle": "--"},
     "inline": {"color": "tab:orange", "marker": "^", "linestyle": ":"},
     "inferd": {"color": "tab:blue", "marker": "o", "linestyle": "-"},
+    "inferd-before": {"color": "tab:purple", "marker": "v", "linestyle": "--"},
     "inferd-batching": {"color": "tab:green", "marker": "D", "linestyle": "-"},
 }
 

@@ -2,9 +2,12 @@
 
     python benchmarks/raw_engine.py --model-repository examples-repo --model mlp \
         [--batch-sizes 1 8 32 64] [--min-seconds 2] [--json OUT.json]
+    python benchmarks/raw_engine.py --model mlp --batch-sizes 12 17 23 \
+        --intra-op-thread-count 1 --no-spinning       # inferd's own session options on 2 cores
 
-For each batch size: one InferenceSession with inferd's session options (intra-op threads = cores
-unless the model's parameters say, inter-op 1; CPU provider), fixed-seed inputs built once,
+For each batch size (any list): one InferenceSession (intra-op threads = cores unless the model's
+parameters or ``--intra-op-thread-count`` say, inter-op 1; CPU provider; ``--no-spinning`` as
+inferd's sessions, whose pool threads do not spin after a run), fixed-seed inputs built once,
 warm-up runs, then ``session.run`` back to back for at least ``--min-seconds``. Prints rows/s
 (inferences/s, what perf_analyzer counts) and batches/s with the per-batch latency; ``--json``
 writes the same figures. ``best`` is the highest rows/s among the sizes the model's
@@ -63,10 +66,11 @@ def run(
     warmup: int,
     intra: int,
     inter: int,
+    spinning: bool = True,
 ) -> dict[str, Any]:
     model = harness.load_model(repository, model_name)
     intra, inter = harness.session_threads(model.config, intra, inter)
-    session = harness.ort_session(model.onnx_path, intra, inter)
+    session = harness.ort_session(model.onnx_path, intra, inter, spinning)
     outputs = [t.name for t in model.config.output]
     max_batch = int(model.config.max_batch_size)
     sizes = batch_sizes if max_batch > 0 else [1]  # no batch dim: one shape only
@@ -89,6 +93,7 @@ def run(
         "max_batch_size": max_batch,
         "intra_op_threads": intra,
         "inter_op_threads": inter,
+        "spinning": spinning,
         "min_seconds": min_seconds,
         "warmup_runs": warmup,
         "rows": rows,
@@ -101,7 +106,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"raw engine: {result['model']} (max_batch_size {result['max_batch_size']}), "
         f"ONNX Runtime CPU, intra-op {result['intra_op_threads']}, "
-        f"inter-op {result['inter_op_threads']}, >= {result['min_seconds']} s per size",
+        f"inter-op {result['inter_op_threads']}, "
+        f"{'spinning' if result['spinning'] else 'no spinning'}, "
+        f">= {result['min_seconds']} s per size",
         "",
         "| model | batch | rows/s | batches/s | mean ms/batch | p50 ms | p99 ms | runs |",
         "|---|---|---|---|---|---|---|---|",
@@ -129,9 +136,12 @@ def main() -> int:
     parser.add_argument("--min-seconds", type=float, default=2.0, help="timed runs per size")
     parser.add_argument("--warmup", type=int, default=20, help="untimed runs per size")
     parser.add_argument(
-        "--intra-op-thread-count", type=int, default=0, help="0 = one per core (inferd's default)"
+        "--intra-op-thread-count", type=int, default=0, help="0 = one per core (inferd: cores - 1)"
     )
     parser.add_argument("--inter-op-thread-count", type=int, default=1)
+    parser.add_argument(
+        "--no-spinning", action="store_true", help="pool threads do not spin (as inferd's)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -143,6 +153,7 @@ def main() -> int:
         args.warmup,
         args.intra_op_thread_count,
         args.inter_op_thread_count,
+        spinning=not args.no_spinning,
     )
     print(markdown(result))
     if args.json:
