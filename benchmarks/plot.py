@@ -22,13 +22,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-LABELS = {
-    "floor": "transport floor",
-    "inline": "inline naive server",
-    "inferd": "inferd, no batching",
-    "inferd-before": "inferd BEFORE, dynamic batching",
-    "inferd-batching": "inferd, dynamic batching",
-}
+from report import LABELS  # one name per configuration, for tables and plots
+
 STYLES = {
     "floor": {"color": "tab:gray", "marker": "s", "linestyle": "--"},
     "inline": {"color": "tab:orange", "marker": "^", "linestyle": ":"},
