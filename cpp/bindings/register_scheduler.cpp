@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <chrono>
+#include <optional>
 
 #include "inferd/scheduler.h"
 #include "onnxruntime_session.h"
@@ -110,16 +111,14 @@ void register_scheduler(py::module_& m) {
             request->token = token;
             request->stream = stream;
             request->deadline = deadline_from_now(deadline_us);
-            Status status;
-            if (wire.size < (1u << 20)) {
-              status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
-            } else {
-              // A large request may decode typed contents or walk many BYTES elements: other
-              // Python threads run meanwhile. Safe: the build reads C++ views of bytes that `wire`
-              // keeps alive, and copies of `owner` drop no Python reference (wire holds one).
-              py::gil_scoped_release release;
-              status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
-            }
+            // A large request may decode typed contents or walk many BYTES elements: other Python
+            // threads run meanwhile. Safe: the build reads C++ views of bytes that `wire` keeps
+            // alive, and copies of `owner` drop no Python reference (wire holds one). A small one
+            // keeps the GIL: a thread switch would cost more than the build.
+            std::optional<py::gil_scoped_release> release;
+            if (wire.size >= (1u << 20)) release.emplace();
+            Status status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
+            release.reset();
             // As in submit: the GIL stays held for the bounded push.
             if (status.ok()) status = scheduler.submit(std::move(request));
             return py::make_tuple(static_cast<int>(status.code), status.message);
