@@ -7,9 +7,10 @@ EXAMPLES ?= examples-repo
 PORT ?= 8001
 CPP_BUILD ?= build/cpp
 JOBS ?= $(shell nproc)
-# Debian packages the build and tests need: a C++ toolchain, CMake, GoogleTest, and libb64 for
-# Triton's perf_analyzer (benchmarks).
-APT_PACKAGES := g++ cmake make libgtest-dev libb64-0d
+# Debian packages the build and tests need: a C++ toolchain, CMake, GoogleTest, grpc++ and
+# pkg-config (the core's gRPC transport), openssl (the TLS tests make their certificates), and
+# libb64 for Triton's perf_analyzer (benchmarks).
+APT_PACKAGES := g++ cmake make pkg-config libgtest-dev libgrpc++-dev openssl libb64-0d
 
 .PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean fuzz fuzz-ci fuzz-build fuzz-deps
 

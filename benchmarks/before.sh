@@ -4,7 +4,7 @@
 #   benchmarks/before.sh [REF] [DIR]     # build; prints DIR/.venv/bin/python as its last line
 #   benchmarks/before.sh --remove [DIR]  # remove the worktree (and its venv and build)
 #
-# REF (default 1193872, the last commit before issue 10's work) is checked out as a detached git
+# REF (default 6dd1f18, the last commit before issue 11's work: the grpc.aio transport) is checked out as a detached git
 # worktree in DIR (default /tmp/inferd-before, outside the repository) and built there with its
 # own Makefile (`make build`: DIR/.venv, an editable install of that tree; a few minutes on 2
 # cores). Run again, it reuses the worktree when it is at REF (make rebuilds only what changed).
@@ -24,7 +24,7 @@ if [ "${1:-}" = "--remove" ]; then
   exit 0
 fi
 
-REF=${1:-1193872}
+REF=${1:-6dd1f18}
 DIR=${2:-/tmp/inferd-before}
 want=$(git -C "$ROOT" rev-parse --verify "$REF^{commit}")
 

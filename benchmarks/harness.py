@@ -1,9 +1,9 @@
 """Shared pieces of the benchmark scripts (not a script itself).
 
-Starting and stopping servers (inferd, the transport floor), finding and running perf_analyzer,
-copying a repository with ``dynamic_batching`` switched on, loading a model's completed config and
-describing the machine. The scripts in this folder import it as ``harness`` (the folder of the
-script being run is on ``sys.path``).
+Starting and stopping servers (inferd, the transport floors, building the C++ one), finding and
+running perf_analyzer, copying a repository with ``dynamic_batching`` switched on, loading a
+model's completed config and describing the machine. The scripts in this folder import it as
+``harness`` (the folder of the script being run is on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -243,6 +243,46 @@ def floor_command(python: str, repository: Path, model: str, inline: bool) -> li
         "--model", model, "--port", "0", "--intra-op-thread-count", "1",
         *(["--inline"] if inline else []),
     ]  # fmt: skip
+
+
+FLOOR_CPP_SOURCE = BENCHMARKS / "floor_cpp"
+FLOOR_CPP_BUILD = ROOT / "build" / "floor_cpp"
+
+
+def floor_cpp_binary() -> Path:
+    """The C++ floor (benchmarks/floor_cpp, grpc++ from pkg-config), configured on first use and
+    built: ``cmake --build`` does nothing when nothing changed."""
+    steps = [
+        ["cmake", "-S", str(FLOOR_CPP_SOURCE), "-B", str(FLOOR_CPP_BUILD),
+         "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "--build", str(FLOOR_CPP_BUILD)],
+    ]  # fmt: skip
+    if (FLOOR_CPP_BUILD / "CMakeCache.txt").exists():
+        steps = steps[1:]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+            raise SystemExit(f"building the C++ floor failed: {shlex.join(step)}\n{tail}")
+    return FLOOR_CPP_BUILD / "floor_server"
+
+
+def write_floor_responses(python: str, repository: Path, model: str, directory: Path) -> list[str]:
+    """Writes the C++ floor's answers for ``model`` into ``directory`` (transport_floor.py
+    ``--write-responses``: the Python floor's own answers, serialized). Returns the command."""
+    cmd = [
+        python, str(BENCHMARKS / "transport_floor.py"), "--model-repository", str(repository),
+        "--model", model, "--intra-op-thread-count", "1", "--write-responses", str(directory),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{shlex.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
+    return cmd
+
+
+def floor_cpp_command(binary: Path, responses: Path) -> list[str]:
+    """The C++ floor answering from ``responses`` (write_floor_responses) on a free port."""
+    return [str(binary), "--responses", str(responses), "--port", "0"]
 
 
 def rss_kib(pid: int) -> int | None:

@@ -11,6 +11,8 @@ against in-process, targets, and the commands.
 Per model (``--model NAME[:C,C,...]``, repeatable; without concurrencies, ``--concurrency``):
 
   floor             benchmarks/transport_floor.py: grpc.aio answering a canned response
+  floor-cpp         benchmarks/floor_cpp (built into build/floor_cpp): the same canned answers,
+                    from grpc++'s callback API in C++ (the floor of a C++ transport)
   inline            benchmarks/transport_floor.py --inline: grpc.aio running ONNX Runtime in the
                     handler, on the event loop's thread (the naive server)
   inferd            inferd serve on the repository as written (no dynamic batching)
@@ -58,8 +60,9 @@ import harness
 import report as reporting
 import server_usage
 
-CONFIGS = ["floor", "inline", "inferd", "inferd-before", "inferd-batching"]
-DEFAULT_CONFIGS = ["floor", "inline", "inferd", "inferd-batching"]  # + inferd-before if given
+CONFIGS = ["floor", "floor-cpp", "inline", "inferd", "inferd-before", "inferd-batching"]
+# + inferd-before if given
+DEFAULT_CONFIGS = ["floor", "floor-cpp", "inline", "inferd", "inferd-batching"]
 DEFAULT_MODELS = ["mlp:1,16,64", "simple:1,16,64"]
 
 
@@ -295,7 +298,20 @@ def measure_all(
     with tempfile.TemporaryDirectory(prefix="inferd-bench-") as tmp:
         batching_repo = Path(tmp) / "repository-batching"
         block = harness.batching_repository(repository, batching_repo, models, delays)
+        cpp_floor = harness.floor_cpp_binary() if "floor-cpp" in args.configs else None
         for config in args.configs:
+            if config == "floor-cpp":
+                assert cpp_floor is not None
+                for plan in plans:
+                    responses = Path(tmp) / f"floor-cpp-{plan.model}"
+                    write = harness.write_floor_responses(python, repository, plan.model, responses)
+                    cmd = harness.floor_cpp_command(cpp_floor, responses)
+                    replace = {f"--model {plan.model}": "--model MODEL", str(responses): "DIR"}
+                    commands[config] = " && ".join(
+                        shown_command(c, python, replace) for c in (write, cmd)
+                    )
+                    runs += measure_server(config, cmd, [plan], pa, args, out)
+                continue
             if config in ("floor", "inline"):
                 for plan in plans:
                     cmd = harness.floor_command(python, repository, plan.model, config == "inline")

@@ -37,6 +37,8 @@ FRONT_END = ("loop", "grpc", "other")
 CORE = ("worker", "stager", "ort")
 GRPC_THREAD_PREFIXES = (
     "grpc",
+    "nexting_thread",  # grpc++'s callback API (the core's transport)
+    "timer_manager",
     "event_engine",
     "lifeguard",
     "default-executo",

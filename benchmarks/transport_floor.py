@@ -2,6 +2,8 @@
 
     python benchmarks/transport_floor.py --model-repository examples-repo --model mlp [--port 0]
     python benchmarks/transport_floor.py --model-repository examples-repo --model mlp --inline
+    python benchmarks/transport_floor.py --model-repository examples-repo --model mlp \
+        --write-responses DIR
 
 A grpc.aio server of ``inference.GRPCInferenceService`` with inferd's server options (the same
 message size limits) whose ModelInfer returns one canned ``ModelInferResponse``, built once at start
@@ -13,6 +15,12 @@ config as inferd completes it, so perf_analyzer and tritonclient accept the serv
 ModelStatistics answers the number of ModelInfer calls answered (inference_count =
 execution_count; no durations), counted with one integer increment per call, so that
 benchmarks/run.py can divide the server's CPU by it.
+
+``--write-responses DIR`` serves nothing: it writes these answers, serialized, for the C++ floor
+(benchmarks/floor_cpp, grpc++): one file per RPC named after it (ServerLive, ServerReady,
+ModelReady, ServerMetadata, ModelMetadata, ModelConfig, and ModelInfer without an id), made by the
+handlers below for the served model. The C++ server appends the request's id to ModelInfer's and
+writes ModelStatistics itself, from its own count.
 
 ``--inline`` is the naive server instead: ModelInfer decodes the raw inputs with numpy, runs ONNX
 Runtime inline in the handler (``session.run`` on the event loop's thread; inferd's session
@@ -218,6 +226,33 @@ class InlineServicer(FloorServicer):
         return response
 
 
+# The RPCs the C++ floor answers from a file (ModelStatistics it writes itself).
+CPP_FLOOR_RPCS = (
+    "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig",
+    "ModelInfer",
+)  # fmt: skip
+
+
+async def write_responses(servicer: CannedServicer, directory: Path) -> None:
+    """The C++ floor's answers, one file per RPC: what ``servicer``'s handlers answer for its
+    model (ModelReady: ready; ModelInfer: the canned response, without an id)."""
+    name = servicer.model.name
+    requests: dict[str, Any] = {
+        "ServerLive": pb.ServerLiveRequest(),
+        "ServerReady": pb.ServerReadyRequest(),
+        "ModelReady": pb.ModelReadyRequest(name=name),
+        "ServerMetadata": pb.ServerMetadataRequest(),
+        "ModelMetadata": pb.ModelMetadataRequest(name=name),
+        "ModelConfig": pb.ModelConfigRequest(name=name),
+        "ModelInfer": pb.ModelInferRequest(model_name=name),
+    }
+    assert tuple(requests) == CPP_FLOOR_RPCS
+    directory.mkdir(parents=True, exist_ok=True)
+    for method, request in requests.items():
+        response = await getattr(servicer, method)(request, None)  # known model: no context used
+        (directory / method).write_bytes(response.SerializeToString())
+
+
 async def serve(servicer: FloorServicer, host: str, port: int) -> None:
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -255,6 +290,12 @@ def main() -> int:
         "--inline", action="store_true", help="decode and run ONNX Runtime in the handler"
     )
     parser.add_argument(
+        "--write-responses",
+        type=Path,
+        metavar="DIR",
+        help="write the C++ floor's answers into DIR and exit (serves nothing)",
+    )
+    parser.add_argument(
         "--intra-op-thread-count", type=int, default=0, help="0 = one per core (inferd's default)"
     )
     parser.add_argument("--inter-op-thread-count", type=int, default=1)
@@ -262,11 +303,18 @@ def main() -> int:
         "--default-max-batch-size", type=int, default=4, help="as inferd's, for configless models"
     )
     args = parser.parse_args()
+    if args.inline and args.write_responses:
+        parser.error("--write-responses writes the canned floor's answers: not with --inline")
 
     model = harness.load_model(args.model_repository, args.model, args.default_max_batch_size)
     intra, inter = harness.session_threads(
         model.config, args.intra_op_thread_count, args.inter_op_thread_count
     )
+    if args.write_responses:
+        canned = CannedServicer(model, intra, inter)
+        canned.server_name = "inferd-transport-floor-cpp"  # ServerMetadata names the C++ server
+        asyncio.run(write_responses(canned, args.write_responses))
+        return 0
     servicer: FloorServicer = (
         InlineServicer(model, intra, inter) if args.inline else CannedServicer(model, intra, inter)
     )

@@ -12,6 +12,7 @@ void register_completion_queue(py::module_& m);
 void register_scheduler(py::module_& m);
 void register_onnxruntime(py::module_& m);
 void register_wire(py::module_& m);
+void register_grpc_server(py::module_& m);
 }  // namespace inferd::python
 
 PYBIND11_MODULE(_core, m) {
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_wire(m);
   inferd::python::register_onnxruntime(m);
   inferd::python::register_scheduler(m);
+  inferd::python::register_grpc_server(m);
 }

@@ -16,15 +16,21 @@ namespace inferd::python {
 namespace {
 
 // Python may drop the last reference with the GIL held while workers wait for it to run an
-// executor: destroy with the GIL released so their join cannot deadlock.
+// executor: destroy with the GIL released so their join cannot deadlock. The gRPC transport's
+// routes share the scheduler too, and may drop the last reference on one of its threads, which
+// does not hold the GIL.
 struct DestroyWithoutGil {
   void operator()(Scheduler* scheduler) const {
-    py::gil_scoped_release release;
-    std::default_delete<Scheduler>()(scheduler);
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      std::default_delete<Scheduler>()(scheduler);
+    } else {
+      std::default_delete<Scheduler>()(scheduler);
+    }
   }
 };
 
-std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& model_name,
+std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name,
                                                              const BatcherOptions& batching,
                                                              const py::list& executors,
                                                              const std::vector<int>& output_types,
@@ -41,9 +47,10 @@ std::unique_ptr<Scheduler, DestroyWithoutGil> make_scheduler(const std::string& 
     instances.push_back(native ? std::move(native) : std::make_unique<PythonExecutor>(executor, types));
   }
   SchedulerOptions options{model_name, batching};
-  return std::unique_ptr<Scheduler, DestroyWithoutGil>(
+  return std::shared_ptr<Scheduler>(
       std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions), std::move(pool))
-          .release());
+          .release(),
+      DestroyWithoutGil{});
 }
 
 // The caller's deadline `us` from now; none for 0 or for one past what the clock can hold.
@@ -65,7 +72,7 @@ py::tuple histogram(const LatencyHistogram& h) {
 }  // namespace
 
 void register_scheduler(py::module_& m) {
-  py::class_<Scheduler, std::unique_ptr<Scheduler, DestroyWithoutGil>>(m, "Scheduler")
+  py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
       .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
            py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"),
            "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray].")

@@ -98,10 +98,6 @@ void register_wire(py::module_& m) {
   m.def("parse_infer_request", &parse, py::arg("data"),
         "A serialized ModelInferRequest -> WireRequest, viewing (and holding) the bytes. Raises ValueError "
         "naming the field when the bytes are not a well-formed ModelInferRequest.");
-  m.def(
-      "stream_error_response",
-      [](std::string_view message, std::string_view id) { return py::bytes(stream_error_response(message, id)); },
-      py::arg("message"), py::arg("id"), "A serialized ModelStreamInferResponse reporting one failed request.");
 }
 
 }  // namespace inferd::python

@@ -224,16 +224,25 @@ void Scheduler::fail(std::unique_ptr<InferenceRequest> request, const Status& st
   complete(std::move(completion), sequence);
 }
 
+void Scheduler::deliver(Completion&& completion) {
+  std::shared_ptr<CompletionSink> sink = completion.request ? completion.request->sink : nullptr;
+  if (sink) {
+    sink->complete(std::move(completion));
+  } else {
+    completions_->push(std::move(completion));
+  }
+}
+
 void Scheduler::complete(Completion&& completion, uint64_t sequence) {
   if (!options_.batching.preserve_ordering) {
-    completions_->push(std::move(completion));
+    deliver(std::move(completion));
     return;
   }
   // Hold answers that overtook an earlier request; release every one that is now next in line.
   std::lock_guard<std::mutex> lock(order_mutex_);
   held_.emplace(sequence, std::move(completion));
   while (!held_.empty() && held_.begin()->first == next_to_complete_) {
-    completions_->push(std::move(held_.begin()->second));
+    deliver(std::move(held_.begin()->second));
     held_.erase(held_.begin());
     ++next_to_complete_;
   }

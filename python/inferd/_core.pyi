@@ -138,7 +138,6 @@ class WireRequest:
     def id(self) -> str: ...
 
 def parse_infer_request(data: bytes) -> WireRequest: ...
-def stream_error_response(message: str, id: str) -> bytes: ...
 
 class Scheduler:
     def __init__(
@@ -172,3 +171,32 @@ class Scheduler:
     def pending_requests(self) -> int: ...
     def instance_count(self) -> int: ...
     def statistics(self) -> dict[str, Any]: ...
+
+class GrpcServer:
+    def __init__(
+        self,
+        addresses: list[str],
+        backend_address: str,
+        max_message_bytes: int,
+        keepalive_time_ms: int = 0,
+        keepalive_timeout_ms: int = 0,
+        max_concurrent_streams: int = 0,
+        tls_cert_pem: str = "",
+        tls_key_pem: str = "",
+        tls_client_ca_pem: str = "",
+        max_stream_outstanding: int = 1024,
+    ) -> None: ...
+    @property
+    def ports(self) -> list[int]: ...
+    def publish(
+        self,
+        live: bool,
+        ready: bool,
+        accepting: bool,
+        forward_inference: bool,
+        routes: list[tuple[Any, ...]],
+    ) -> None: ...
+    def failures(self) -> list[tuple[str, str, int, int]]: ...
+    def shutdown(self, grace_s: float) -> None: ...
+
+def grpc_status_code(code: StatusCode) -> int: ...

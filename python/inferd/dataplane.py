@@ -25,12 +25,11 @@ class DataPlane:
         request: WireRequest,
         *,
         deadline_s: float | None = None,
-        stream: bool = False,
         observed: RequestTelemetry | None = None,
         on_failure: Callable[[str, str, BaseException], None] | None = None,
     ) -> bytes:
         """Runs ``request`` on the version it names (default: the highest ready) and returns the
-        serialized ModelInferResponse (ModelStreamInferResponse with ``stream``). The core checks
+        serialized ModelInferResponse. The core checks
         the request against the model, batches, runs and writes the answer. ``deadline_s``:
         seconds the caller will still wait, if it said; ``observed`` is told the version that
         answers and the core's timings; ``on_failure(model, version, error)`` is told of a failure
@@ -39,9 +38,7 @@ class DataPlane:
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:
-            answer, timing = await model.scheduler.infer_request(
-                request, deadline_s=deadline_s, stream=stream
-            )
+            answer, timing = await model.scheduler.infer_request(request, deadline_s=deadline_s)
         except BaseException as e:
             if on_failure is not None:
                 on_failure(model.name, str(model.version), e)

@@ -1,6 +1,10 @@
 """The composition root: settings -> repository -> models and schedulers -> gRPC server, with
 telemetry (traces, metrics, logs) and health around them.
 
+Clients connect to the core's gRPC server (grpc++, ``transport.core_server``), which runs inference
+itself and forwards every other call to the Python gRPC service (servicer, health, reflection),
+served by grpc.aio on a private Unix socket.
+
 ``create_server`` builds a server and binds its port; ``start`` and ``stop`` run it. Tests and the
 CLI use the same path.
 """
@@ -9,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2
 from opentelemetry.sdk.trace.export import SpanExporter
 
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
@@ -30,7 +34,14 @@ from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
+from inferd.transport.core_server import (
+    BackendSocket,
+    CoreGrpcServer,
+    ServingPublisher,
+    TransportOptions,
+)
 from inferd.transport.health import DrainingHealthServicer, HealthReporter
+from inferd.transport.reflection import enable_reflection
 from inferd.transport.servicer import InferenceServicer, ServerState, add_inference_service
 
 log = structlog.get_logger(__name__)
@@ -40,10 +51,14 @@ SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceServic
 
 @dataclass
 class InferenceServer:
-    """A built server: its gRPC server, bound port, models and health."""
+    """A built server: the core's gRPC server and its bound port, the Python service behind it
+    (on a private socket), models and health."""
 
     settings: ServerSettings
-    grpc_server: grpc.aio.Server
+    transport: CoreGrpcServer
+    publisher: ServingPublisher
+    backend: grpc.aio.Server
+    backend_socket: BackendSocket
     port: int
     registry: ModelRegistry
     control: ModelControl
@@ -56,8 +71,8 @@ class InferenceServer:
     _poller: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.grpc_server.start()
         self.state.accepting = True
+        self.publisher.publish()
         if self.control.mode is ControlMode.POLL:
             self._poller = asyncio.create_task(
                 self.control.poll_forever(self.settings.repository_poll_secs)
@@ -78,10 +93,16 @@ class InferenceServer:
         the models' queues and frees them."""
         grace = self.settings.exit_timeout_secs if grace is None else grace
         self.state.accepting = False
+        self.publisher.publish()
         await self.health.shut_down()  # first: load balancers stop sending before the drain
         if self._poller is not None:
             self._poller.cancel()
-        await self.grpc_server.stop(grace)
+        # The core's server forwards calls to the Python service until its last call is done:
+        # the loop keeps answering them while the core's shutdown waits on another thread.
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.transport.shutdown, grace)
+        await self.backend.stop(None)
+        self.backend_socket.remove()
         await self.registry.close()
         self.dispatcher.close()
         self.telemetry.close()
@@ -93,6 +114,34 @@ def _ort_defaults(settings: ServerSettings) -> OnnxRuntimeOptions:
     return OnnxRuntimeOptions(
         intra_op_thread_count=settings.intra_op_thread_count or default_intra_op_threads(),
         inter_op_thread_count=settings.inter_op_thread_count,
+    )
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8") if path else ""
+
+
+def _transport_options(settings: ServerSettings) -> TransportOptions:
+    addresses = [f"{settings.host}:{settings.grpc_port}"]
+    if settings.grpc_unix_socket:
+        addresses.append(f"unix:{settings.grpc_unix_socket}")
+    try:
+        cert, key, client_ca = (
+            _read(settings.grpc_tls_cert_file),
+            _read(settings.grpc_tls_key_file),
+            _read(settings.grpc_tls_client_ca_file),
+        )
+    except OSError as e:
+        raise OSError(f"cannot read a TLS file: {e}") from None
+    return TransportOptions(
+        addresses=addresses,
+        max_message_bytes=settings.grpc_max_message_bytes,
+        keepalive_time_ms=int(settings.grpc_keepalive_time_secs * 1000),
+        keepalive_timeout_ms=int(settings.grpc_keepalive_timeout_secs * 1000),
+        max_concurrent_streams=settings.grpc_max_concurrent_streams,
+        tls_cert_pem=cert,
+        tls_key_pem=key,
+        tls_client_ca_pem=client_ca,
     )
 
 
@@ -148,11 +197,10 @@ async def create_server(
     if mode is ControlMode.POLL:
         await loop.run_in_executor(None, control.remember_repository)
 
-    options = [
-        ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
-        ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
-    ]
-    server = grpc.aio.server(options=options)
+    # The Python service: only the core's server reaches it, after applying the caller's limits.
+    server = grpc.aio.server(
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    )
     state = ServerState()
     metrics = (
         None if settings.metrics_port < 0 else InferenceMetrics(lambda: _model_counters(registry))
@@ -162,31 +210,43 @@ async def create_server(
         metrics,
         create_tracer_provider(settings.trace_config, exporter=span_exporter),
     )
-    add_inference_service(InferenceServicer(DataPlane(registry), control, state, telemetry), server)
+    dataplane = DataPlane(registry)
+    backend_socket = BackendSocket()
+    if server.add_insecure_port(backend_socket.address) == 0:
+        raise OSError(f"cannot bind the Python service to {backend_socket.address}")
+    try:
+        # Calls that reach it before the Python service starts below are answered UNAVAILABLE.
+        transport = CoreGrpcServer(_transport_options(settings), backend_socket.address)
+    except OSError:
+        backend_socket.remove()
+        raise
+    publisher = ServingPublisher(transport, dataplane, state, telemetry)
+    registry.add_listener(publisher.publish)
+    add_inference_service(
+        InferenceServicer(dataplane, control, state, telemetry, publisher.publish), server
+    )
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reporter = HealthReporter(health_servicer, registry, state, SERVICE_NAME)
     registry.add_listener(reporter.changed)
     # Reflection describes services from inferd's private descriptor pool (see inferd._proto),
-    # which therefore also gets the health and reflection files.
-    for module in (health_pb2, reflection_pb2):
-        try:
-            POOL.FindFileByName(module.DESCRIPTOR.name)
-        except KeyError:
-            POOL.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server, pool=POOL
-    )
-    port = server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
-    if port == 0:
-        raise OSError(f"cannot bind gRPC to {settings.host}:{settings.grpc_port}")
-    if settings.grpc_unix_socket:
-        server.add_insecure_port(f"unix:{settings.grpc_unix_socket}")
+    # which therefore also gets the health file.
+    try:
+        POOL.FindFileByName(health_pb2.DESCRIPTOR.name)
+    except KeyError:
+        POOL.AddSerializedFile(health_pb2.DESCRIPTOR.serialized_pb)
+    enable_reflection(server, [SERVICE_NAME, health.SERVICE_NAME], POOL)
+    await server.start()
+    if metrics is not None:
+        metrics.failures.add_source(transport.failures)
     metrics_port = None if metrics is None else metrics.serve(settings.host, settings.metrics_port)
     return InferenceServer(
         settings,
+        transport,
+        publisher,
         server,
-        port,
+        backend_socket,
+        transport.ports[0],
         registry,
         control,
         dispatcher,

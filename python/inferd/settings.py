@@ -27,6 +27,41 @@ class ServerSettings:
         default=2**31 - 1,
         metadata=_help("Largest request or response, as Triton (gRPC's default is 4 MiB)."),
     )
+    grpc_keepalive_time_secs: float = field(
+        default=0.0,
+        metadata=_help(
+            "Seconds of inactivity after which the server pings a connection; 0 = gRPC's "
+            "default (2 hours)."
+        ),
+    )
+    grpc_keepalive_timeout_secs: float = field(
+        default=0.0,
+        metadata=_help(
+            "Seconds to wait for a keepalive ping's answer before closing; 0 = gRPC's default (20)."
+        ),
+    )
+    grpc_max_concurrent_streams: int = field(
+        default=0,
+        metadata=_help("Calls in flight per client connection; more wait. 0 = no limit."),
+    )
+    grpc_tls_cert_file: str = field(
+        default="",
+        metadata=_help(
+            "PEM certificate (chain) of the gRPC port: with --grpc-tls-key-file, the TCP port "
+            "serves TLS only. The Unix socket stays plaintext (local; the file's permissions guard "
+            "it)."
+        ),
+    )
+    grpc_tls_key_file: str = field(
+        default="", metadata=_help("PEM private key of --grpc-tls-cert-file.")
+    )
+    grpc_tls_client_ca_file: str = field(
+        default="",
+        metadata=_help(
+            "Mutual TLS: PEM CA certificates; clients must present a certificate one of them "
+            "signed (needs --grpc-tls-cert-file)."
+        ),
+    )
     model_control_mode: str = field(
         default="none",
         metadata=_help(

@@ -189,12 +189,15 @@ def test_higher_priority_requests_overtake_queued_ones(
 ) -> None:
     answers = Answers()
     occupy(triton, "slow_priority", answers)
+    # Calls sent at once on separate HTTP/2 streams have no defined arrival order (the server's
+    # gRPC threads take them in parallel): a few ms apart, the queue's order is what is tested.
     for i in range(3):
         triton.async_infer(
             "slow_priority",
             fp32_input(np.array([[float(i)]], np.float32)),
             answers.callback(f"low{i}"),
         )
+        time.sleep(0.003)
     triton.async_infer(
         "slow_priority",
         fp32_input(np.array([[9.0]], np.float32)),

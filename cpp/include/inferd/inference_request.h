@@ -13,6 +13,17 @@ namespace inferd {
 
 using Clock = std::chrono::steady_clock;
 struct ModelSignature;
+struct Completion;
+
+// Where a request's answer goes when not to the scheduler's CompletionQueue: the gRPC transport's
+// calls answer their clients from the worker thread that completes the request.
+class CompletionSink {
+ public:
+  virtual ~CompletionSink() = default;
+  // Called once per request, on a core worker thread (or the submitting thread for a request
+  // cancelled there). Must not block.
+  virtual void complete(Completion&& completion) = 0;
+};
 
 // One inference request as the core sees it: already decoded and validated against the model by
 // the caller, inputs in the model's input order. `token` is the caller's handle for the answer.
@@ -31,6 +42,7 @@ struct InferenceRequest {
   std::string id;                          // echoed in the answer
   std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
   bool stream = false;                      // answered as a ModelStreamInferResponse
+  std::shared_ptr<CompletionSink> sink;     // null: the answer goes to the scheduler's CompletionQueue
 
   // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};

@@ -78,6 +78,8 @@ class Scheduler {
   void execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
   void complete(Completion&& completion, uint64_t sequence);
+  // To the request's own sink if it has one, else to the completion queue.
+  void deliver(Completion&& completion);
 
   const SchedulerOptions options_;
   std::vector<std::unique_ptr<Executor>> instances_;

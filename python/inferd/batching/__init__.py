@@ -13,7 +13,6 @@ from inferd.batching.core import (
     cuda_device_count,
     cuda_runtime_description,
     parse_infer_request,
-    stream_error_response,
 )
 from inferd.batching.cuda import (
     CudaEvent,
@@ -45,5 +44,4 @@ __all__ = [
     "cuda_runtime_description",
     "parse_infer_request",
     "pinned_array",
-    "stream_error_response",
 ]

@@ -118,12 +118,6 @@ def parse_infer_request(data: bytes) -> WireRequest:
     return request
 
 
-def stream_error_response(message: str, request_id: str) -> bytes:
-    """A serialized ModelStreamInferResponse that reports one failed request."""
-    answer: bytes = _core.stream_error_response(message, request_id)
-    return answer
-
-
 def _deadline_us(deadline_s: float | None) -> int:
     """The core's deadline argument: µs from now, 0 for none (and for one beyond 2^63 µs)."""
     if deadline_s is None or deadline_s * 1e6 >= 2**63:
@@ -299,7 +293,8 @@ class ModelScheduler:
     ) -> CoreResult:
         """Computes a parsed ModelInferRequest: the core checks it against the model, runs it and
         writes its answer, returned as the serialized ModelInferResponse (ModelStreamInferResponse
-        with ``stream``). Deadline and cancellation as in ``infer``."""
+        with ``stream``, which the core's own server uses; the tests check both writers from
+        here). Deadline and cancellation as in ``infer``."""
         deadline_us = _deadline_us(deadline_s)
         token, future = self._dispatcher.expect()
         code, message = self._core.submit_request(
@@ -317,6 +312,15 @@ class ModelScheduler:
     @property
     def executors(self) -> list[Executor]:
         return list(self._executors)
+
+    @property
+    def core(self) -> Any:
+        """The core's Scheduler, which the core's gRPC server submits requests to itself."""
+        return self._core
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self._signature
 
     def pending_requests(self) -> int:
         """Requests waiting in the queue now (not yet in a batch)."""

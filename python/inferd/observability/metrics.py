@@ -10,7 +10,7 @@ happen (a request the core refuses never reaches its counters). GPU figures come
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -166,17 +166,28 @@ class FailureCounts(Collector):
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str, str], int] = {}
+        self._sources: list[Callable[[], Iterable[tuple[str, str, ErrorCode, int]]]] = []
 
     def count(self, model: str, version: str, reason: str) -> None:
         key = (model, version, reason)
         self._counts[key] = self._counts.get(key, 0) + 1
+
+    def add_source(self, source: Callable[[], Iterable[tuple[str, str, ErrorCode, int]]]) -> None:
+        """Failures counted elsewhere (the core's transport), read at scrape time as
+        (model, version, code, count)."""
+        self._sources.append(source)
 
     def collect(self) -> Iterator[Metric]:
         name = "nv_inference_request_failure"
         metric = Metric(
             name, "Number of failed inference requests, all batch sizes (cumulative)", "unknown"
         )
-        for (model, version, reason), value in dict(self._counts).items():
+        counts = dict(self._counts)
+        for source in self._sources:
+            for model, version, code, count in source():
+                key = (model, version, FAILURE_REASONS.get(code, "OTHER"))
+                counts[key] = counts.get(key, 0) + count
+        for (model, version, reason), value in counts.items():
             metric.add_sample(name, {"model": model, "version": version, "reason": reason}, value)
         yield metric
 

@@ -1,9 +1,13 @@
-"""``inference.GRPCInferenceService``: each handler decodes, calls the data plane, encodes."""
+"""``inference.GRPCInferenceService`` in Python: a handler decodes, calls the data plane, encodes.
+
+Clients reach it through the core's gRPC server (``core_server.py``), which forwards here every call
+it does not answer itself: the control plane, and inference that Python observes (tracing, verbose
+logs) or whose model the core has no route for (so that the answer is this service's, in its
+words). It serves on a private Unix socket only."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -11,14 +15,13 @@ import grpc
 import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
-from inferd.batching import WireRequest, stream_error_response
 from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
 from inferd.observability.telemetry import Telemetry
 from inferd.transport import codec
-from inferd.transport.status import answers_errors, grpc_status
+from inferd.transport.status import answers_errors
 
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
@@ -40,11 +43,14 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         control: ModelControl,
         state: ServerState,
         telemetry: Telemetry,
+        settings_changed: Callable[[], None] | None = None,
     ) -> None:
         self._dataplane = dataplane
         self._control = control
         self._state = state
         self._telemetry = telemetry
+        # Told after LogSettings: whether requests are observed (verbose logs) may have changed.
+        self._settings_changed = settings_changed
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=self._state.live)
@@ -95,101 +101,42 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelInfer(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        """Bytes in, bytes out: the core parses the request and writes the answer."""
-        return await self._infer(self._dataplane.parse(request), context, None, stream=False)
-
-    async def _infer(
-        self,
-        request: WireRequest,
-        context: grpc.aio.ServicerContext,
-        metadata: Any | None,
-        stream: bool,
-    ) -> bytes:
-        """One parsed request -> its serialized answer. Observed (span, failure count, log line)
-        only when tracing or verbose logging asks for it; otherwise only failures are counted.
-        ``metadata``: the call's, when already read (streams); read here only if observed."""
+        """Bytes in, bytes out: the core parses the request and writes the answer. The core's
+        server sends here what it does not run itself, each request of a stream included:
+        observed requests (a span, a failure count, a log line when tracing or verbose logging
+        asks for it) and those naming a model version it has no route for."""
+        parsed = self._dataplane.parse(request)
         deadline_s = context.time_remaining()
         if not self._telemetry.observes_each_request:
             return await self._dataplane.infer(
-                request, deadline_s=deadline_s, stream=stream, on_failure=self._telemetry.failed
+                parsed, deadline_s=deadline_s, on_failure=self._telemetry.failed
             )
-        if metadata is None:
-            metadata = context.invocation_metadata()
-        with self._telemetry.request(request.model_name, metadata) as observed:
-            return await self._dataplane.infer(
-                request, deadline_s=deadline_s, stream=stream, observed=observed
-            )
+        with self._telemetry.request(parsed.model_name, context.invocation_metadata()) as observed:
+            return await self._dataplane.infer(parsed, deadline_s=deadline_s, observed=observed)
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         current = apply_log_settings(self._telemetry.log_control, codec.log_settings(request))
+        if self._settings_changed is not None:
+            self._settings_changed()
         return codec.encode_log_settings(current)
-
-    async def ModelStreamInfer(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[bytes]:
-        """Answers each request as it completes, not in arrival order. A failed request, or a
-        message that is not a ModelInferRequest, is answered in ``error_message`` (with the
-        request's id when it has one) and the stream goes on, unless the client sent the
-        ``triton_grpc_error: true`` header (Triton's opt-in): then the call ends with the status."""
-        metadata_pairs = context.invocation_metadata()
-        metadata = dict(metadata_pairs or ())
-        end_on_error = str(metadata.get("triton_grpc_error", "")).lower() == "true"
-        answers: asyncio.Queue[bytes | tuple[BaseException, str] | None] = asyncio.Queue()
-
-        async def answer(data: bytes) -> None:
-            request_id = ""
-            try:
-                request = self._dataplane.parse(data)
-                request_id = request.id
-                answers.put_nowait(await self._infer(request, context, metadata_pairs, stream=True))
-            except Exception as e:
-                answers.put_nowait((e, request_id))
-
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def read_all() -> None:
-            try:
-                async for data in requests:
-                    task = asyncio.create_task(answer(data))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*tasks)
-            finally:
-                answers.put_nowait(None)
-
-        reader = asyncio.create_task(read_all())
-        try:
-            while (item := await answers.get()) is not None:
-                if isinstance(item, tuple):
-                    error, request_id = item
-                    code, message = grpc_status(error)
-                    if end_on_error:
-                        await context.abort(code, message)
-                    # Answers come in completion order: as Triton does, the error carries the
-                    # failed request's id, so that the client knows which request failed.
-                    yield stream_error_response(message, request_id)
-                else:
-                    yield item
-        finally:
-            # The stream ended (or the client went away): nothing still queued is computed.
-            reader.cancel()
-            for task in tasks:
-                task.cancel()
 
 
 # The methods whose messages the core parses and writes itself: grpc hands them over as bytes.
-_BYTES_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+_BYTES_METHODS = frozenset({"ModelInfer"})
+# The core server's alone: it forwards a stream's requests here one by one, as ModelInfer.
+_CORE_ONLY_METHODS = frozenset({"ModelStreamInfer"})
 
 
 def add_inference_service(servicer: InferenceServicer, server: grpc.aio.Server) -> None:
     """Registers ``inference.GRPCInferenceService`` on ``server``: every method of the proto's
-    service, with protobuf (de)serialization except for the inference methods, which take and
-    return serialized bytes."""
+    service but ModelStreamInfer, with protobuf (de)serialization except for ModelInfer, which
+    takes and returns serialized bytes."""
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in service.methods:
+        if method.name in _CORE_ONLY_METHODS:
+            continue
         raw = method.name in _BYTES_METHODS
         request_type = getattr(pb, method.input_type.name)
         response_type = getattr(pb, method.output_type.name)

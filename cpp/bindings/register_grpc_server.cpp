@@ -1,0 +1,95 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "inferd/grpc_calls.h"
+#include "inferd/grpc_server.h"
+#include "inferd/scheduler.h"
+
+namespace py = pybind11;
+
+namespace inferd::python {
+namespace {
+
+// Shutting down waits for calls, some of which Python answers: never with the GIL held.
+struct ShutDownWithoutGil {
+  void operator()(GrpcServer* server) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      std::default_delete<GrpcServer>()(server);
+    } else {
+      std::default_delete<GrpcServer>()(server);
+    }
+  }
+};
+
+std::shared_ptr<GrpcServer> make_server(std::vector<std::string> addresses, std::string backend_address,
+                                        int max_message_bytes, int keepalive_time_ms, int keepalive_timeout_ms,
+                                        int max_concurrent_streams, std::string tls_cert_pem, std::string tls_key_pem,
+                                        std::string tls_client_ca_pem, size_t max_stream_outstanding) {
+  GrpcServerOptions options;
+  options.addresses = std::move(addresses);
+  options.backend_address = std::move(backend_address);
+  options.max_message_bytes = max_message_bytes;
+  options.keepalive_time_ms = keepalive_time_ms;
+  options.keepalive_timeout_ms = keepalive_timeout_ms;
+  options.max_concurrent_streams = max_concurrent_streams;
+  options.tls_cert_pem = std::move(tls_cert_pem);
+  options.tls_key_pem = std::move(tls_key_pem);
+  options.tls_client_ca_pem = std::move(tls_client_ca_pem);
+  options.max_stream_outstanding = max_stream_outstanding;
+  std::unique_ptr<GrpcServer> server;
+  {
+    py::gil_scoped_release release;  // binding ports and starting grpc's threads
+    server = std::make_unique<GrpcServer>(std::move(options));
+  }
+  return std::shared_ptr<GrpcServer>(server.release(), ShutDownWithoutGil{});
+}
+
+void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool forward_inference,
+             const std::vector<py::tuple>& routes) {
+  auto snapshot = std::make_shared<ServingSnapshot>();
+  snapshot->live = live;
+  snapshot->ready = ready;
+  snapshot->accepting = accepting;
+  snapshot->forward_inference = forward_inference;
+  for (const py::tuple& r : routes) {
+    auto route = std::make_shared<ModelRoute>();
+    route->model = r[2].cast<std::string>();
+    route->version = r[3].cast<std::string>();
+    route->scheduler = r[4].cast<std::shared_ptr<Scheduler>>();
+    route->signature = r[5].cast<std::shared_ptr<ModelSignature>>();
+    route->metadata_response = r[6].cast<std::string>();
+    route->config_response = r[7].cast<std::string>();
+    snapshot->models[r[0].cast<std::string>()][r[1].cast<std::string>()] = std::move(route);
+  }
+  server.state().publish(std::move(snapshot));
+}
+
+}  // namespace
+
+void register_grpc_server(py::module_& m) {
+  py::class_<GrpcServer, std::shared_ptr<GrpcServer>>(m, "GrpcServer")
+      .def(py::init(&make_server), py::arg("addresses"), py::arg("backend_address"), py::arg("max_message_bytes"),
+           py::arg("keepalive_time_ms") = 0, py::arg("keepalive_timeout_ms") = 0, py::arg("max_concurrent_streams") = 0,
+           py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "", py::arg("tls_client_ca_pem") = "",
+           py::arg("max_stream_outstanding") = 1024,
+           "Binds every address (HOST:PORT or unix:PATH) and serves: inference in the core, every call it does not "
+           "answer forwarded to the backend address. Raises RuntimeError when an address cannot be served.")
+      .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
+      .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
+           py::arg("routes"),
+           "Replace the serving snapshot. routes: (name, version as requested ('' = default), model, version, "
+           "Scheduler, ModelSignature, serialized ModelMetadataResponse, serialized ModelConfigResponse).")
+      .def(
+          "failures", [](const GrpcServer& server) { return const_cast<GrpcServer&>(server).failures().snapshot(); },
+          "Inference requests the transport failed on a known version: [(model, version, StatusCode, count)].")
+      .def("shutdown", &GrpcServer::shutdown, py::arg("grace_s"), py::call_guard<py::gil_scoped_release>(),
+           "Stop accepting calls, let those in flight finish for grace_s seconds, cancel the rest; blocks.");
+  m.def(
+      "grpc_status_code", [](StatusCode code) { return grpc_code(code); }, py::arg("code"),
+      "The gRPC status code the core's transport answers for a StatusCode.");
+}
+
+}  // namespace inferd::python

@@ -1,0 +1,87 @@
+#pragma once
+
+// The reactors of the core's gRPC server (see grpc_server.h) and what they share. Each reactor
+// owns itself, as grpc++'s callback API wants: created per call by the generic service and
+// deleted once grpc is done with it (OnDone) and nothing in the core still answers to it.
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "inferd/grpc_server.h"
+#include "inferd/inference_request.h"
+#include "inferd/serving_snapshot.h"
+#include "inferd/status.h"
+
+namespace inferd {
+
+// What every call of one server reaches. Shared by the calls: they may outlive the GrpcServer
+// while the core finishes their requests.
+struct TransportContext {
+  ServingState state;
+  FailureCounts failures;
+  std::unique_ptr<grpc::GenericStub> backend;
+  size_t max_stream_outstanding = 1024;
+
+  // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
+  uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> tokens_{1};
+};
+
+// Which call a method is.
+enum class CallKind { kInfer, kStreamInfer, kServerLive, kServerReady, kModelReady, kModelMetadata, kModelConfig, kForwarded };
+CallKind call_kind(std::string_view method);
+
+// The reactor for one call; deletes itself.
+grpc::ServerGenericBidiReactor* create_call(grpc::GenericCallbackServerContext* context,
+                                            std::shared_ptr<TransportContext> transport);
+grpc::ServerGenericBidiReactor* create_stream_infer_call(grpc::GenericCallbackServerContext* context,
+                                                        std::shared_ptr<TransportContext> transport);
+grpc::ServerGenericBidiReactor* create_forwarded_call(grpc::GenericCallbackServerContext* context,
+                                                     std::shared_ptr<TransportContext> transport);
+
+// --- shared by the reactors -----------------------------------------------------------------
+
+// The core's status as the gRPC status the client sees (the one table of the C++ transport; the
+// Python side's is inferd.transport.status.GRPC_CODES, and a test keeps the two equal).
+grpc::Status to_grpc_status(const Status& status);
+int grpc_code(StatusCode code);
+
+// A received message as one contiguous view, and what keeps it alive (a reference to grpc's own
+// slice when the message came in one, else a joined copy). False if the buffer cannot be read.
+struct ReceivedMessage {
+  std::shared_ptr<const void> owner;
+  std::string_view bytes;
+};
+bool receive(const grpc::ByteBuffer& buffer, ReceivedMessage* out);
+
+// A message to send, from bytes (copied once into a grpc slice).
+grpc::ByteBuffer message(std::string_view bytes);
+// The serialized answer of a computed request, written straight into a grpc slice; false (and
+// `error` set) when the outputs cannot be written.
+bool write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out,
+                  std::string* error);
+
+// The call's deadline on the core's clock (max = none).
+Clock::time_point core_deadline(const grpc::ServerContextBase& context);
+
+// One call to the backend with one message each way; `done` runs on a grpc thread with the
+// status. Copies the caller's metadata and deadline.
+struct BackendCall {
+  grpc::ClientContext context;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+};
+void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to);
+void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to);
+
+}  // namespace inferd

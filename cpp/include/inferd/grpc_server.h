@@ -1,0 +1,92 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "inferd/serving_snapshot.h"
+#include "inferd/status.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace inferd {
+
+struct TransportContext;
+
+struct GrpcServerOptions {
+  // Where clients connect: "HOST:PORT" (TCP; port 0 picks one) or "unix:PATH".
+  std::vector<std::string> addresses;
+  // The Python gRPC server ("unix:PATH") that answers every call the core does not.
+  std::string backend_address;
+  int max_message_bytes = -1;         // send and receive; -1 = gRPC's default
+  int keepalive_time_ms = 0;          // server pings on idle connections; 0 = gRPC's default (2 h)
+  int keepalive_timeout_ms = 0;       // 0 = gRPC's default (20 s)
+  int max_concurrent_streams = 0;     // per connection; 0 = unlimited
+  // TLS on TCP addresses when both are set (PEM); Unix sockets stay plaintext (local, guarded by
+  // the file's permissions). With a client CA, clients must present a certificate it signed.
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+  // Streamed requests a ModelStreamInfer call may have unanswered or unsent before the core stops
+  // reading more from it: a client that sends without reading is held back, not buffered.
+  size_t max_stream_outstanding = 1024;
+};
+
+// Counts of inference requests that failed on a known model version, by (model, version, status):
+// what the transport answered itself (Python counts what it answers).
+class FailureCounts {
+ public:
+  void count(const std::string& model, const std::string& version, StatusCode code);
+  std::vector<std::tuple<std::string, std::string, int, uint64_t>> snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> counts_;  // guarded by mutex_
+};
+
+// The core's gRPC server (grpc++ callback API). Every call arrives through one generic service:
+// ModelInfer and ModelStreamInfer run in C++ (parse, schedule, write, on the routes of the
+// ServingSnapshot); ServerLive/Ready, ModelReady, ModelMetadata and ModelConfig are answered from
+// the snapshot when it knows the answer; every other call, and every call the snapshot cannot
+// answer, is forwarded unparsed to the backend (inferd's Python gRPC server on a private Unix
+// socket) with its metadata and deadline, and its answer and status come back unchanged.
+//
+// Invariants: every call gets exactly one status; a request submitted to a scheduler is answered
+// by its completion or, when the client has gone, dropped after the core's answer; shutdown()
+// returns once no call is left.
+class GrpcServer {
+ public:
+  // Binds every address and starts serving. Throws std::runtime_error naming an address it could
+  // not bind or a TLS setting it could not use.
+  explicit GrpcServer(GrpcServerOptions options);
+  // Shuts down with no grace if shutdown() was not called.
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // The bound port of each address, in order (0 for a Unix socket).
+  const std::vector<int>& ports() const { return ports_; }
+  ServingState& state();
+  FailureCounts& failures();
+
+  // Stops accepting calls, lets the ones in flight finish for `grace_s` seconds, cancels the rest
+  // and waits for them. Blocks; idempotent.
+  void shutdown(double grace_s);
+
+ private:
+  class Service;
+  const GrpcServerOptions options_;
+  std::shared_ptr<TransportContext> transport_;  // shared with the calls, which may outlive the server
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<int> ports_;
+  std::mutex shutdown_mutex_;
+  bool shut_down_ = false;  // guarded by shutdown_mutex_
+};
+
+}  // namespace inferd

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "inferd/model_signature.h"
+#include "inferd/scheduler.h"
+
+namespace inferd {
+
+// One model version as a request names it: its scheduler and signature, and the answers to its
+// ModelMetadata and ModelConfig calls, serialized by Python with the code that answers them when
+// the transport asks Python instead.
+struct ModelRoute {
+  std::string model;    // the version's own name and number, for failure counts
+  std::string version;
+  std::shared_ptr<Scheduler> scheduler;
+  std::shared_ptr<const ModelSignature> signature;
+  std::string metadata_response;  // serialized ModelMetadataResponse
+  std::string config_response;    // serialized ModelConfigResponse
+};
+
+// What the transport answers without asking Python: a copy of the Python side's state, replaced
+// whole on every change of it (load, unload, a version's state, start and stop, tracing and log
+// settings). A call that misses it (a name not in `models`, a version written differently, a
+// malformed request) is forwarded to Python, which answers with its own messages: the snapshot
+// only ever answers what Python would have answered at the time it was published.
+struct ServingSnapshot {
+  bool live = true;
+  bool ready = false;      // ServerReady
+  bool accepting = false;  // ModelReady of a routed version; false before start and in shutdown
+  // Every inference goes through Python (a request there is traced or logged).
+  bool forward_inference = false;
+  // model name -> version as a request gives it ("" = the highest ready version) -> route.
+  using Versions = std::map<std::string, std::shared_ptr<const ModelRoute>, std::less<>>;
+  std::map<std::string, Versions, std::less<>> models;
+
+  // The route for a request's model name and version, or null.
+  std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version) const;
+};
+
+// Holds the current snapshot. Readers take a reference (a short lock, no copy); publish() swaps
+// in a new one. Thread-safe.
+class ServingState {
+ public:
+  ServingState() : current_(std::make_shared<const ServingSnapshot>()) {}
+  std::shared_ptr<const ServingSnapshot> current() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_;
+  }
+  void publish(std::shared_ptr<const ServingSnapshot> snapshot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_ = std::move(snapshot);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const ServingSnapshot> current_;  // guarded by mutex_; never null
+};
+
+}  // namespace inferd

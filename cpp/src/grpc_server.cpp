@@ -1,0 +1,116 @@
+#include "inferd/grpc_server.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "inferd/grpc_calls.h"
+
+namespace inferd {
+
+void FailureCounts::count(const std::string& model, const std::string& version, StatusCode code) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++counts_[{model, version, static_cast<int>(code)}];
+}
+
+std::vector<std::tuple<std::string, std::string, int, uint64_t>> FailureCounts::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::tuple<std::string, std::string, int, uint64_t>> out;
+  for (const auto& [key, count] : counts_) out.emplace_back(std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+  return out;
+}
+
+// The one service: every call, whatever its method, gets the reactor create_call picks.
+class GrpcServer::Service final : public grpc::CallbackGenericService {
+ public:
+  explicit Service(std::shared_ptr<TransportContext> transport) : transport_(std::move(transport)) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
+    return create_call(context, transport_);
+  }
+
+ private:
+  const std::shared_ptr<TransportContext> transport_;
+};
+
+namespace {
+
+bool is_unix(const std::string& address) { return address.rfind("unix:", 0) == 0; }
+
+std::shared_ptr<grpc::ServerCredentials> credentials(const GrpcServerOptions& options, const std::string& address) {
+  if (is_unix(address) || options.tls_cert_pem.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(options.tls_client_ca_pem.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = options.tls_client_ca_pem;
+  ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options)) {
+  if (options_.tls_cert_pem.empty() != options_.tls_key_pem.empty()) {
+    throw std::runtime_error("TLS needs both a certificate and its private key");
+  }
+  if (!options_.tls_client_ca_pem.empty() && options_.tls_cert_pem.empty()) {
+    throw std::runtime_error("a client CA (mutual TLS) needs the server's TLS certificate and key");
+  }
+  grpc::ChannelArguments backend_args;
+  backend_args.SetMaxReceiveMessageSize(-1);  // the caller's limits were applied on the way in
+  backend_args.SetMaxSendMessageSize(-1);
+  transport_ = std::make_shared<TransportContext>();
+  transport_->backend = std::make_unique<grpc::GenericStub>(
+      grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args));
+  transport_->max_stream_outstanding = options_.max_stream_outstanding;
+  service_ = std::make_unique<Service>(transport_);
+
+  grpc::ServerBuilder builder;
+  ports_.assign(options_.addresses.size(), 0);  // sized before: the builder writes through pointers
+  for (size_t i = 0; i < options_.addresses.size(); ++i) {
+    builder.AddListeningPort(options_.addresses[i], credentials(options_, options_.addresses[i]), &ports_[i]);
+  }
+  if (options_.max_message_bytes >= 0) {
+    builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  }
+  if (options_.keepalive_time_ms > 0) builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
+  if (options_.keepalive_timeout_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
+  }
+  if (options_.max_concurrent_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams);
+  }
+  builder.RegisterCallbackGenericService(service_.get());
+  server_ = builder.BuildAndStart();
+  std::string failed;
+  for (size_t i = 0; i < options_.addresses.size(); ++i) {
+    if (ports_[i] == 0 && !is_unix(options_.addresses[i])) failed += (failed.empty() ? "" : ", ") + options_.addresses[i];
+  }
+  if (!server_ || !failed.empty()) {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    std::string all;
+    for (const std::string& a : options_.addresses) all += (all.empty() ? "" : ", ") + a;
+    throw std::runtime_error("cannot serve gRPC on " + (failed.empty() ? all : failed) +
+                             " (address in use, not permitted, or an unusable TLS certificate or key)");
+  }
+}
+
+GrpcServer::~GrpcServer() { shutdown(0); }
+
+ServingState& GrpcServer::state() { return transport_->state; }
+FailureCounts& GrpcServer::failures() { return transport_->failures; }
+
+void GrpcServer::shutdown(double grace_s) {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (shut_down_ || !server_) return;
+  shut_down_ = true;
+  const auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::duration<double>(grace_s < 0 ? 0 : grace_s));
+  server_->Shutdown(std::chrono::system_clock::now() + grace);  // returns once every call is done
+  server_->Wait();
+}
+
+}  // namespace inferd

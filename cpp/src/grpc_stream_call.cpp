@@ -1,0 +1,291 @@
+// ModelStreamInfer on the core's gRPC server.
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "inferd/grpc_calls.h"
+#include "inferd/infer_request_parser.h"
+#include "inferd/infer_response_writer.h"
+#include "inferd/model_signature.h"
+
+namespace inferd {
+namespace {
+
+constexpr char kModelInferMethod[] = "/inference.GRPCInferenceService/ModelInfer";
+
+// A ModelStreamInferResponse wrapping a serialized ModelInferResponse (infer_response = 2).
+grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response) {
+  ReceivedMessage received;
+  std::string bytes;
+  if (receive(infer_response, &received)) bytes = std::string(received.bytes);
+  std::string wrapped(length_delimited_size(2, bytes.size()), '\0');
+  WireWriter writer(reinterpret_cast<std::byte*>(wrapped.data()), wrapped.size());
+  writer.bytes_field(2, bytes);
+  return message(wrapped);
+}
+
+// One ModelStreamInfer call. Each request read is answered as it completes, not in arrival order:
+// a computed one with its ModelStreamInferResponse, a failed one (or a message that is not a
+// ModelInferRequest) with `error_message` and the request's id, and the stream goes on - unless
+// the client sent `triton_grpc_error: true` (Triton's opt-in), which ends the call with the first
+// error's status. Requests without a route go one by one to the backend's ModelInfer.
+//
+// Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
+// read and not yet answered and sent, beyond which reading waits (a client that sends without
+// reading is held back by gRPC's flow control instead of being buffered); the call finishes once
+// the client has stopped sending and every answer is sent, or at the first failure of the
+// stream itself; the object lives until grpc is done (OnDone) and every request it submitted or
+// forwarded has come back.
+class StreamInferCall final : public grpc::ServerGenericBidiReactor, public CompletionSink {
+ public:
+  StreamInferCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
+      : context_(context), transport_(std::move(transport)) {
+    const auto& metadata = context_->client_metadata();
+    const auto found = metadata.find("triton_grpc_error");
+    if (found != metadata.end()) {
+      std::string value(found->second.data(), found->second.size());
+      for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      end_on_error_ = value == "true";
+    }
+    reading_ = true;
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      reading_ = false;
+      reads_done_ = true;
+      after_change(std::move(lock));
+      return;
+    }
+    grpc::ByteBuffer request = std::move(incoming_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++outstanding_;
+    }
+    refs_.fetch_add(1, std::memory_order_relaxed);  // handle() may finish the call
+    handle(request);
+    std::unique_lock<std::mutex> lock(mutex_);
+    reading_ = false;
+    after_change(std::move(lock));
+    unref();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    writes_.pop_front();
+    --outstanding_;
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;  // the client is gone: nothing more can be sent
+      outstanding_ -= writes_.size();
+      writes_.clear();
+    }
+    after_change(std::move(lock));
+  }
+
+  void OnCancel() override {
+    std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core;
+    std::vector<std::shared_ptr<BackendCall>> forwarded;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      broken_ = true;
+      in_core = in_core_;
+      for (const auto& [call, id] : forwarded_) forwarded.push_back(call);
+    }
+    for (const auto& [token, route] : in_core) route->scheduler->cancel(token);
+    for (const auto& call : forwarded) call->context.TryCancel();
+    std::unique_lock<std::mutex> lock(mutex_);
+    after_change(std::move(lock));
+  }
+
+  void OnDone() override { unref(); }
+
+  // A request the core computed or failed (on a core worker thread).
+  void complete(Completion&& completion) override {
+    std::shared_ptr<const ModelRoute> route;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = in_core_.find(completion.token);
+      if (found != in_core_.end()) {
+        route = found->second;
+        in_core_.erase(found);
+      }
+    }
+    if (!completion.status.ok()) {
+      if (route != nullptr) transport_->failures.count(route->model, route->version, completion.status.code);
+      return answer_error(to_grpc_status(completion.status), completion.request ? completion.request->id : "");
+    }
+    grpc::ByteBuffer bytes;
+    std::string error;
+    if (!write_answer(*completion.request, completion.outputs, &bytes, &error)) {
+      if (route != nullptr) transport_->failures.count(route->model, route->version, StatusCode::kInternal);
+      return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot return outputs: " + error),
+                          completion.request->id);
+    }
+    send(std::move(bytes));
+  }
+
+ private:
+  void handle(const grpc::ByteBuffer& request) {
+    ReceivedMessage received;
+    if (!receive(request, &received)) {
+      return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"), "");
+    }
+    ParsedInferRequest parsed;
+    Status status = parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()),
+                                        received.bytes.size(), &parsed);
+    if (!status.ok()) return answer_error(to_grpc_status(status), "");
+    const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
+    const std::shared_ptr<const ModelRoute> route =
+        snapshot->forward_inference ? nullptr : snapshot->find(parsed.model_name, parsed.model_version);
+    if (route == nullptr) return forward(request, std::string(parsed.id));
+
+    auto inference = std::make_unique<InferenceRequest>();
+    inference->token = transport_->next_token();
+    inference->stream = true;
+    inference->deadline = core_deadline(*context_);
+    status = build_inference_request(route->signature, parsed, received.owner, inference.get());
+    if (!status.ok()) {
+      transport_->failures.count(route->model, route->version, status.code);
+      return answer_error(to_grpc_status(status), std::string(parsed.id));
+    }
+    const uint64_t token = inference->token;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_core_.emplace(token, route);
+    }
+    refs_.fetch_add(1, std::memory_order_relaxed);  // released with the sink
+    inference->sink = std::shared_ptr<CompletionSink>(
+        static_cast<CompletionSink*>(this), [](CompletionSink* sink) { static_cast<StreamInferCall*>(sink)->unref(); });
+    status = route->scheduler->submit(std::move(inference));
+    if (!status.ok()) {
+      const std::string id = inference->id;
+      inference.reset();  // still ours: dropping it releases the sink
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_core_.erase(token);
+      }
+      transport_->failures.count(route->model, route->version, status.code);
+      return answer_error(to_grpc_status(status), id);
+    }
+  }
+
+  void forward(const grpc::ByteBuffer& request, std::string id) {
+    auto call = std::make_shared<BackendCall>();
+    copy_client_metadata(*context_, &call->context);
+    call->request = request;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (broken_) return answer_dropped_locked();
+      forwarded_.emplace(call, id);
+    }
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    transport_->backend->UnaryCall(&call->context, kModelInferMethod, grpc::StubOptions(), &call->request,
+                                   &call->response, [this, call, id = std::move(id)](grpc::Status status) {
+                                     {
+                                       std::lock_guard<std::mutex> lock(mutex_);
+                                       forwarded_.erase(call);
+                                     }
+                                     if (status.ok()) {
+                                       send(stream_answer(call->response));
+                                     } else {
+                                       answer_error(status, id);
+                                     }
+                                     unref();
+                                   });
+  }
+
+  // One request failed: its error answer, or the end of the call with `triton_grpc_error`.
+  void answer_error(const grpc::Status& status, const std::string& id) {
+    if (end_on_error_) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      --outstanding_;
+      if (!final_status_) final_status_ = std::make_unique<grpc::Status>(status);
+      after_change(std::move(lock));
+      return;
+    }
+    send(message(stream_error_response(status.error_message(), id)));
+  }
+
+  // Queues one answer; each is sent after the one before it.
+  void send(grpc::ByteBuffer&& bytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (broken_ || final_status_ || finished_) {
+      answer_dropped_locked();
+      after_change(std::move(lock));
+      return;
+    }
+    writes_.push_back(std::move(bytes));
+    after_change(std::move(lock));
+  }
+
+  void answer_dropped_locked() { --outstanding_; }
+
+  // After any change of the state: starts the next write or read, or finishes the call. The ops
+  // are started after the lock is released; the flags set under it keep them one at a time.
+  void after_change(std::unique_lock<std::mutex> lock) {
+    const bool stopping = broken_ || final_status_ != nullptr;
+    grpc::ByteBuffer* write = nullptr;
+    bool read = false;
+    bool finish = false;
+    grpc::Status status = grpc::Status::OK;
+    if (!finished_ && !writing_) {
+      if (!stopping && !writes_.empty()) {
+        writing_ = true;
+        write = &writes_.front();  // a deque's elements stay put while others are added
+      } else if (stopping || (reads_done_ && outstanding_ == 0)) {
+        finished_ = true;
+        finish = true;
+        if (final_status_) {
+          status = *final_status_;
+        } else if (broken_) {
+          status = grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+        }
+      }
+    }
+    if (!finished_ && !stopping && !reading_ && !reads_done_ && outstanding_ < transport_->max_stream_outstanding) {
+      reading_ = true;
+      read = true;
+    }
+    lock.unlock();
+    if (write != nullptr) StartWrite(write);
+    if (read) StartRead(&incoming_);
+    if (finish) Finish(status);
+  }
+
+  void unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  grpc::GenericCallbackServerContext* const context_;
+  const std::shared_ptr<TransportContext> transport_;
+  bool end_on_error_ = false;
+  grpc::ByteBuffer incoming_;  // the read in flight
+  std::atomic<int> refs_{1};   // grpc's, released in OnDone
+
+  std::mutex mutex_;
+  bool reading_ = false;     // a read is in flight, or OnReadDone is handling one
+  bool reads_done_ = false;  // the client has stopped sending
+  bool writing_ = false;     // writes_.front() is being sent
+  bool broken_ = false;      // cancelled, or a write failed: the client gets nothing more
+  bool finished_ = false;    // Finish was called
+  std::unique_ptr<grpc::Status> final_status_;  // the first error, with triton_grpc_error
+  size_t outstanding_ = 0;                      // requests read and not yet answered and sent
+  std::deque<grpc::ByteBuffer> writes_;         // answers waiting to be sent; front() in flight
+  std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
+  std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
+};
+
+}  // namespace
+
+grpc::ServerGenericBidiReactor* create_stream_infer_call(grpc::GenericCallbackServerContext* context,
+                                                        std::shared_ptr<TransportContext> transport) {
+  return new StreamInferCall(context, std::move(transport));  // deletes itself (unref)
+}
+
+}  // namespace inferd

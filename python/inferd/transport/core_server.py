@@ -1,0 +1,143 @@
+"""The core's gRPC server, which clients connect to, and what it needs from Python.
+
+The core (grpc++, ``cpp/src/grpc_server.cpp``) serves the public port and Unix socket. It runs
+ModelInfer and ModelStreamInfer itself, and answers ServerLive/Ready, ModelReady, ModelMetadata and
+ModelConfig from a snapshot of the Python side's state. Every other call, and every call the
+snapshot does not cover, goes unparsed to inferd's Python gRPC service (``servicer.py``) on a
+private Unix socket, the backend. ``ServingPublisher`` keeps the snapshot equal to what the Python
+service would answer: it is rebuilt with the service's own code on every change.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import inferd._core as _core
+import inferd._proto.grpc_service_pb2 as pb
+from inferd.dataplane import DataPlane
+from inferd.errors import ErrorCode
+from inferd.observability.telemetry import Telemetry
+from inferd.transport import codec
+from inferd.transport.servicer import ServerState
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """How the core's server listens (see ``inferd.settings`` for each)."""
+
+    addresses: list[str]
+    max_message_bytes: int
+    keepalive_time_ms: int = 0
+    keepalive_timeout_ms: int = 0
+    max_concurrent_streams: int = 0
+    tls_cert_pem: str = ""
+    tls_key_pem: str = ""
+    tls_client_ca_pem: str = ""
+
+
+class BackendSocket:
+    """A private Unix socket for the Python gRPC service, in a folder only this user can enter."""
+
+    def __init__(self) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="inferd-backend-"))  # mode 0700
+        self.address = f"unix:{self._dir / 'grpc.sock'}"
+
+    def remove(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class CoreGrpcServer:
+    """The core's gRPC server: binds on construction, serves until ``shutdown``."""
+
+    def __init__(self, options: TransportOptions, backend_address: str) -> None:
+        try:
+            self._server = _core.GrpcServer(
+                options.addresses,
+                backend_address,
+                options.max_message_bytes,
+                keepalive_time_ms=options.keepalive_time_ms,
+                keepalive_timeout_ms=options.keepalive_timeout_ms,
+                max_concurrent_streams=options.max_concurrent_streams,
+                tls_cert_pem=options.tls_cert_pem,
+                tls_key_pem=options.tls_key_pem,
+                tls_client_ca_pem=options.tls_client_ca_pem,
+            )
+        except RuntimeError as e:
+            raise OSError(str(e)) from None
+
+    @property
+    def ports(self) -> list[int]:
+        """The bound port of each address (0 for a Unix socket)."""
+        ports: list[int] = self._server.ports
+        return ports
+
+    def publish(
+        self,
+        *,
+        live: bool,
+        ready: bool,
+        accepting: bool,
+        forward_inference: bool,
+        routes: list[tuple[Any, ...]],
+    ) -> None:
+        self._server.publish(live, ready, accepting, forward_inference, routes)
+
+    def failures(self) -> Iterator[tuple[str, str, ErrorCode, int]]:
+        """Inference requests the core's transport failed, by model version and error code."""
+        for model, version, code, count in self._server.failures():
+            yield model, version, ErrorCode(code), count
+
+    def shutdown(self, grace_s: float) -> None:
+        """Blocks until every call is done: run it off the event loop, which answers some."""
+        self._server.shutdown(grace_s)
+
+
+class ServingPublisher:
+    """Rebuilds the core server's snapshot from the registry, the server's state and telemetry,
+    with the servicer's own answers (``DataPlane.metadata``, ``codec``), so that a call answered
+    from the snapshot gets exactly what the Python service would have answered. Used on the event
+    loop's thread."""
+
+    def __init__(
+        self,
+        server: CoreGrpcServer,
+        dataplane: DataPlane,
+        state: ServerState,
+        telemetry: Telemetry,
+    ) -> None:
+        self._server = server
+        self._dataplane = dataplane
+        self._state = state
+        self._telemetry = telemetry
+
+    def publish(self) -> None:
+        registry = self._dataplane.registry
+        routes: list[tuple[Any, ...]] = []
+        for name in {m.name for m in registry.loaded()}:
+            keys = [""] + [str(v) for v in registry.ready_versions(name)]
+            for key in keys:
+                model, versions = self._dataplane.metadata(name, key)
+                routes.append(
+                    (
+                        name,
+                        key,
+                        model.name,
+                        str(model.version),
+                        model.scheduler.core,
+                        model.scheduler.signature,
+                        codec.encode_model_metadata(model, versions).SerializeToString(),
+                        pb.ModelConfigResponse(config=model.config).SerializeToString(),
+                    )
+                )
+        self._server.publish(
+            live=self._state.live,
+            ready=self._state.accepting and registry.all_ready(),
+            accepting=self._state.accepting,
+            forward_inference=self._telemetry.observes_each_request,
+            routes=routes,
+        )
