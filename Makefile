@@ -23,7 +23,7 @@ help:
 	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600)"
 	@echo "make fuzz-ci        the same, bounded to FUZZ_CI_SECONDS (60): what CI runs"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
-	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources) into $(GPU_CARRY)"
+	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
 # Installs the Debian packages when one is missing and we may (root); otherwise says what is missing.
@@ -136,14 +136,33 @@ bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)
 
 # The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
-# gpu-carry downloads (here) the CPython 3.12 wheels it lacks and copies GoogleTest's sources;
-# the device tool carries $(GPU_CARRY) over, and gpu-check installs from it with --no-index.
+# gpu-carry downloads (here) the CPython 3.12 wheels it lacks, copies GoogleTest's sources and
+# unpacks a grpc++ kit (below); the device tool carries $(GPU_CARRY) over, and gpu-check installs
+# from it with --no-index.
 GPU_CARRY ?= build/gpu-carry
 GPU_WHEELS := grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2 grpcio-health-checking==1.85.1 \
 	grpcio-reflection==1.85.1 structlog==26.1.0 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 \
 	opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 \
 	opentelemetry-exporter-otlp-common==0.66b2 opentelemetry-proto==1.45.2 \
 	opentelemetry-semantic-conventions==0.66b2 googleapis-common-protos==1.76.0
+
+# The grpc++ kit: the GPU machine has no libgrpc++-dev, so Debian 12's packages are unpacked into
+# $(GPU_CARRY)/grpc/root, with pkgconf to read their .pc files there (gpu_check.sh points
+# pkg-config, with PKG_CONFIG_SYSROOT_DIR, and the loader at it). Only what building against
+# `pkg-config grpc++` and running the result needs is kept: the .pc files of its Requires chain, the
+# shared libraries inferd links (GPU_GRPC_DROP: the others), the headers it includes (absl, grpc,
+# grpcpp); no static archives, CMake configs or docs. The recipe checks the kit (pkg-config grpc++
+# resolves, every -l and every NEEDED library is in it). libssl3 and zlib1g go to grpc/fallback/<package>:
+# the link uses them (the .so links point there), but at run time the machine's own come first, and
+# gpu_check.sh adds a fallback directory only where the machine has no such library.
+GPU_GRPC_DEBS := libgrpc++-dev libgrpc++1.51 libgrpc-dev libgrpc29 libabsl-dev libabsl20220623 \
+	libre2-dev libre2-9 libc-ares-dev libc-ares2 libssl-dev libssl3 zlib1g-dev zlib1g \
+	pkgconf pkgconf-bin libpkgconf3
+GPU_GRPC_DROP := libgrpc_unsecure* libgrpc++_unsecure* libgrpc_plugin_support* libgrpc++_alts* \
+	libgrpc++_error_details* libgrpc++_reflection* libgrpcpp_channelz* pkgconfig/grpc_unsecure.pc \
+	pkgconfig/grpc++_unsecure.pc cmake engines-3 ossl-modules
+# Libraries that carried ones may need and every glibc system has (the check below allows them).
+GPU_GRPC_SYSTEM_LIBS := libc.so.6 libm.so.6 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1
 
 gpu-carry: system-deps
 	rm -rf $(GPU_CARRY) && mkdir -p $(GPU_CARRY)/wheels
@@ -152,6 +171,32 @@ gpu-carry: system-deps
 		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
 		-d $(GPU_CARRY)/wheels $(GPU_WHEELS)
 	cp -r /usr/src/googletest $(GPU_CARRY)/googletest
+	@set -e; g=$(GPU_CARRY)/grpc; r=$$g/root; lib=$$r/usr/lib/x86_64-linux-gnu; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	get() { (cd "$$tmp" && apt-get -q -o APT::Sandbox::User=root download $(GPU_GRPC_DEBS) >/dev/null); }; \
+	get || { apt-get update -qq && get; }; \
+	mkdir -p $$r; for d in "$$tmp"/*.deb; do dpkg-deb -x "$$d" "$$r"; done; \
+	mkdir -p $$g/fallback/libssl3 $$g/fallback/zlib1g; \
+	mv $$lib/libssl.so.3 $$lib/libcrypto.so.3 $$g/fallback/libssl3/; \
+	cp -L $$r/lib/x86_64-linux-gnu/libz.so.1 $$g/fallback/zlib1g/; \
+	ln -sfn ../../../../fallback/libssl3/libssl.so.3 $$lib/libssl.so; \
+	ln -sfn ../../../../fallback/libssl3/libcrypto.so.3 $$lib/libcrypto.so; \
+	ln -sfn ../../../../fallback/zlib1g/libz.so.1 $$lib/libz.so; \
+	rm -rf $$r/lib $$r/usr/share $$r/usr/lib/pkgconfig; (cd $$lib && rm -rf $(GPU_GRPC_DROP)); \
+	find $$r -name '*.a' -delete; \
+	find $$r/usr/include -mindepth 1 -maxdepth 1 ! -name absl ! -name grpc ! -name grpcpp -exec rm -rf {} +; \
+	sed -i 's|^libdir=$${exec_prefix}/lib$$|libdir=$${exec_prefix}/lib/x86_64-linux-gnu|' $$lib/pkgconfig/*.pc; \
+	pc() { env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=$$lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$$r \
+	  LD_LIBRARY_PATH=$$lib $$r/usr/bin/pkgconf "$$@"; }; \
+	pc --cflags --libs grpc++ >/dev/null || { echo "gpu-carry: pkg-config grpc++ fails on the kit"; exit 1; }; \
+	for l in $$(pc --libs-only-l grpc++); do case $$l in -latomic|-lrt) continue;; esac; \
+	  [ -e $$lib/lib$${l#-l}.so ] || { echo "gpu-carry: no lib$${l#-l}.so in the kit"; exit 1; }; done; \
+	for f in $$(find $$r $$g/fallback -type f -name '*.so*') $$r/usr/bin/pkgconf; do \
+	  for n in $$(readelf -d $$f | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do \
+	    case " $(GPU_GRPC_SYSTEM_LIBS) " in *" $$n "*) continue;; esac; \
+	    [ -e $$lib/$$n ] || [ -n "$$(find $$g/fallback -name $$n)" ] || { echo "gpu-carry: $$f needs $$n, not in the kit"; exit 1; }; \
+	  done; done; \
+	echo "grpc++ $$(pc --modversion grpc++) kit: $$(du -sh $$g | cut -f1) in $$g"
 	du -sh $(GPU_CARRY)
 
 gpu-check:

@@ -26,6 +26,47 @@ nvidia-smi -L || echo "nvidia-smi: not available"
 "$PYTHON" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' \
   || echo "no PyTorch"
 
+# The core's transport links grpc++ (found through pkg-config). Where the machine has none, use the
+# kit `make gpu-carry` unpacked from Debian 12's packages: its pkgconf reads its .pc files
+# (PKG_CONFIG_LIBDIR: those alone; PKG_CONFIG_SYSROOT_DIR turns their /usr into the kit's), for
+# `pip install -e .` and the cmake build below alike, and LD_LIBRARY_PATH lets the built extension,
+# in this shell and in the servers gpu_check.py starts, load the kit's libraries. libssl3 and
+# zlib1g (linked against from grpc/fallback) come from the machine unless it has none.
+step "grpc++"
+grpc_root="$CARRY/grpc/root"
+if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists grpc++; then
+  echo "the machine's grpc++ $(pkg-config --modversion grpc++) ($(command -v pkg-config))"
+elif [ -d "$grpc_root" ]; then
+  grpc_root="$(cd "$grpc_root" && pwd)"
+  grpc_lib="$grpc_root/usr/lib/x86_64-linux-gnu"
+  export PATH="$grpc_root/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$grpc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG="$grpc_root/usr/bin/pkgconf"  # CMake's FindPkgConfig takes it before PATH
+  export PKG_CONFIG_PATH="$grpc_lib/pkgconfig" PKG_CONFIG_LIBDIR="$grpc_lib/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$grpc_root"
+  for fallback in "$(dirname "$grpc_root")"/fallback/*/; do
+    fallback="${fallback%/}"
+    for so in "$fallback"/*.so*; do
+      if ! "$PYTHON" -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$(basename "$so")" 2>/dev/null; then
+        echo "no $(basename "$so") on this machine: using the carried one"
+        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$fallback"
+        break
+      fi
+    done
+  done
+  echo "grpc++ from $grpc_root"
+  echo "PATH=$grpc_root/usr/bin:... PKG_CONFIG=$PKG_CONFIG"
+  echo "PKG_CONFIG_PATH=PKG_CONFIG_LIBDIR=$PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR=$PKG_CONFIG_SYSROOT_DIR"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  if v="$(pkg-config --modversion grpc++)"; then
+    echo "pkg-config: grpc++ $v, $(pkg-config --cflags-only-I --libs-only-L grpc++ | tr ' ' '\n' | sort -u | xargs)"
+  else
+    echo "the carried pkg-config cannot read grpc++ (above): the build will fail"; status=1
+  fi
+else
+  echo "no grpc++ on this machine (pkg-config) and no $grpc_root: run make gpu-carry here first"
+fi
+
 step "install from $CARRY (no network)"
 if [ -d "$CARRY/wheels" ]; then
   "$PYTHON" -m pip install -q --no-index --find-links "$CARRY/wheels" "$CARRY"/wheels/*.whl || status=1
