@@ -69,6 +69,7 @@ test-python: build
 
 test-sanitize: system-deps
 	for s in address thread; do \
+	  if [ $$s = thread ]; then echo "ThreadSanitizer: inferd_transport_tests not built (grpc++ is not instrumented; they ran under address)"; fi; \
 	  cmake -S . -B build/sanitize-$$s -DINFERD_BUILD_TESTS=ON -DINFERD_SANITIZE=$$s -DCMAKE_BUILD_TYPE=Debug >/dev/null && \
 	  cmake --build build/sanitize-$$s -j $(JOBS) && \
 	  (cd build/sanitize-$$s && $(ORT_TEST_ENV) ctest --output-on-failure) || exit 1; \

@@ -58,7 +58,9 @@ void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool for
     auto route = std::make_shared<ModelRoute>();
     route->model = r[2].cast<std::string>();
     route->version = r[3].cast<std::string>();
-    route->scheduler = r[4].cast<std::shared_ptr<Scheduler>>();
+    auto scheduler = r[4].cast<std::shared_ptr<Scheduler>>();
+    route->scheduler = scheduler;
+    snapshot->schedulers.push_back(std::move(scheduler));
     route->signature = r[5].cast<std::shared_ptr<ModelSignature>>();
     route->metadata_response = r[6].cast<std::string>();
     route->config_response = r[7].cast<std::string>();

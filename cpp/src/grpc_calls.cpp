@@ -278,6 +278,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     route_ = route;
+    const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto request = std::make_unique<InferenceRequest>();
     request->token = transport_->next_token();
     request->deadline = core_deadline(*context_);
@@ -291,7 +292,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     ref();  // released with the sink, when the core lets the request go
     request->sink = std::shared_ptr<CompletionSink>(static_cast<CompletionSink*>(this),
                                                     [](CompletionSink* sink) { static_cast<InferCall*>(sink)->unref(); });
-    status = route->scheduler->submit(std::move(request));
+    status = scheduler->submit(std::move(request));
     if (!status.ok()) {
       request.reset();  // still ours: dropping it releases the sink
       count_failure(status.code);
@@ -304,7 +305,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
       token_ = token;
       cancel_now = core_cancelled_;
     }
-    if (cancel_now) route->scheduler->cancel(token);
+    if (cancel_now) scheduler->cancel(token);
   }
 
   void cancelled() override {
@@ -314,7 +315,9 @@ class InferCall final : public UnaryCall, public CompletionSink {
       core_cancelled_ = true;
       token = token_;
     }
-    if (token != 0) route_->scheduler->cancel(token);  // still queued: out it goes
+    if (token == 0) return;
+    // Still queued: out it goes. Unless the model is gone, whose scheduler answered it in draining.
+    if (const std::shared_ptr<Scheduler> scheduler = route_->scheduler.lock()) scheduler->cancel(token);
   }
 
   void count_failure(StatusCode code) { transport_->failures.count(route_->model, route_->version, code); }

@@ -15,9 +15,12 @@ namespace {
 //
 // Invariants: one message travels each way at a time (the next read on one side starts when the
 // write on the other is done), so nothing is buffered here. The backend's call carries two holds,
-// one per direction, each released once that direction can start nothing more on it: its status
-// (OnDone) cannot overtake a message still on its way to the caller, and no op is started on it
-// after it is done. The object lives until both sides are done (OnDone on each).
+// one per direction, each released exactly once, when that direction can start nothing more on
+// it: its status (OnDone) cannot overtake a message still on its way to the caller, and no op is
+// started on it after it is done. The caller -> backend direction ends when the caller half-closes
+// or when the backend has ended its side (a backend may answer and finish before the caller
+// half-closes; its status must not wait for that); what the caller sends after it is dropped.
+// The object lives until both sides are done (OnDone on each).
 class ForwardedCall final : public grpc::ServerGenericBidiReactor {
  public:
   ForwardedCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
@@ -31,8 +34,18 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
     StartRead(&up_);
   }
 
-  // Caller -> backend.
+  // Caller -> backend. A read from the caller is in flight whenever no write to the backend is
+  // and the direction is open.
   void OnReadDone(bool ok) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (writes_closed_) return;  // the backend ended first
+      if (ok) {
+        write_in_flight_ = true;
+      } else {
+        writes_closed_ = true;
+      }
+    }
     if (ok) {
       backend_.StartWrite(&up_);
     } else {
@@ -57,7 +70,14 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
    public:
     explicit Backend(ForwardedCall* call) : call_(call) {}
     void OnWriteDone(bool ok) override {
-      if (ok) {
+      bool read_next;
+      {
+        std::lock_guard<std::mutex> lock(call_->mutex_);
+        call_->write_in_flight_ = false;
+        read_next = ok && !call_->backend_ended_;
+        if (!read_next) call_->writes_closed_ = true;
+      }
+      if (read_next) {
         call_->StartRead(&call_->up_);  // the next message from the caller
       } else {
         RemoveHold();  // the backend takes no more: no more writes
@@ -66,9 +86,19 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
     void OnReadDone(bool ok) override {
       if (ok) {
         call_->StartWrite(&call_->down_);
-      } else {
-        RemoveHold();  // the backend's stream ended (its status follows in OnDone): no more reads
+        return;
       }
+      // The backend's stream ended (its status follows in OnDone): no more reads, and no more
+      // writes unless one is in flight, whose OnWriteDone closes the direction.
+      bool close_writes;
+      {
+        std::lock_guard<std::mutex> lock(call_->mutex_);
+        call_->backend_ended_ = true;
+        close_writes = !call_->write_in_flight_ && !call_->writes_closed_;
+        if (close_writes) call_->writes_closed_ = true;
+      }
+      if (close_writes) RemoveHold();
+      RemoveHold();
     }
     void OnDone(const grpc::Status& status) override {
       call_->finish(status);
@@ -94,6 +124,10 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
   Backend backend_;
   grpc::ByteBuffer up_;    // caller -> backend
   grpc::ByteBuffer down_;  // backend -> caller
+  std::mutex mutex_;
+  bool write_in_flight_ = false;  // guarded by mutex_: a write to the backend awaits OnWriteDone
+  bool writes_closed_ = false;    // guarded by mutex_: the write hold is released (or about to be)
+  bool backend_ended_ = false;    // guarded by mutex_: the backend's side of the stream ended
   std::atomic<int> refs_{2};  // the caller's side and the backend's side
 };
 

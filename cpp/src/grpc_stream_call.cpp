@@ -97,7 +97,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       in_core = in_core_;
       for (const auto& [call, id] : forwarded_) forwarded.push_back(call);
     }
-    for (const auto& [token, route] : in_core) route->scheduler->cancel(token);
+    for (const auto& [token, route] : in_core) {
+      if (const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock()) scheduler->cancel(token);
+    }
     for (const auto& call : forwarded) call->context.TryCancel();
     std::unique_lock<std::mutex> lock(mutex_);
     after_change(std::move(lock));
@@ -145,6 +147,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         snapshot->forward_inference ? nullptr : snapshot->find(parsed.model_name, parsed.model_version);
     if (route == nullptr) return forward(request, std::string(parsed.id));
 
+    const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
     inference->token = transport_->next_token();
     inference->stream = true;
@@ -162,7 +165,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     refs_.fetch_add(1, std::memory_order_relaxed);  // released with the sink
     inference->sink = std::shared_ptr<CompletionSink>(
         static_cast<CompletionSink*>(this), [](CompletionSink* sink) { static_cast<StreamInferCall*>(sink)->unref(); });
-    status = route->scheduler->submit(std::move(inference));
+    status = scheduler->submit(std::move(inference));
     if (!status.ok()) {
       const std::string id = inference->id;
       inference.reset();  // still ours: dropping it releases the sink

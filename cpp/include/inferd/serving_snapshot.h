@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
@@ -16,10 +17,14 @@ namespace inferd {
 // One model version as a request names it: its scheduler and signature, and the answers to its
 // ModelMetadata and ModelConfig calls, serialized by Python with the code that answers them when
 // the transport asks Python instead.
+//
+// The route does not own the scheduler (the snapshot does): a call keeps its route until the
+// core lets its request go, which happens on one of the scheduler's workers, and a scheduler
+// whose last owner went there would join that worker from itself.
 struct ModelRoute {
   std::string model;    // the version's own name and number, for failure counts
   std::string version;
-  std::shared_ptr<Scheduler> scheduler;
+  std::weak_ptr<Scheduler> scheduler;
   std::shared_ptr<const ModelSignature> signature;
   std::string metadata_response;  // serialized ModelMetadataResponse
   std::string config_response;    // serialized ModelConfigResponse
@@ -39,6 +44,9 @@ struct ServingSnapshot {
   // model name -> version as a request gives it ("" = the highest ready version) -> route.
   using Versions = std::map<std::string, std::shared_ptr<const ModelRoute>, std::less<>>;
   std::map<std::string, Versions, std::less<>> models;
+  // Keeps every routed version's scheduler alive while the snapshot is current or a call that
+  // read it is still submitting.
+  std::vector<std::shared_ptr<Scheduler>> schedulers;
 
   // The route for a request's model name and version, or null.
   std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version) const;
