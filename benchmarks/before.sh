@@ -4,10 +4,11 @@
 #   benchmarks/before.sh [REF] [DIR]     # build; prints DIR/.venv/bin/python as its last line
 #   benchmarks/before.sh --remove [DIR]  # remove the worktree (and its venv and build)
 #
-# REF (default 6dd1f18, the last commit before issue 11's work: the grpc.aio transport) is checked out as a detached git
-# worktree in DIR (default /tmp/inferd-before, outside the repository) and built there with its
-# own Makefile (`make build`: DIR/.venv, an editable install of that tree; a few minutes on 2
-# cores). Run again, it reuses the worktree when it is at REF (make rebuilds only what changed).
+# REF (default 6dd1f18, the last commit before issue 11's work: the grpc.aio transport) is
+# checked out as a detached git worktree in DIR (default /tmp/inferd-before, outside the
+# repository) and built there with its own Makefile (`make build`: DIR/.venv, an editable
+# install of that tree; a few minutes on 2 cores). Run again, it reuses the worktree when it is
+# at REF (make rebuilds only what changed).
 # The build's output goes to DIR.build.log; stdout is the Python path only, so that
 #
 #   .venv/bin/python benchmarks/run.py --before-python "$(benchmarks/before.sh)" ...

@@ -5,8 +5,8 @@ against in-process, targets, and the commands.
     python benchmarks/run.py                       # mlp and simple at 1 16 64, 5 s windows
     python benchmarks/run.py --model mlp:1,16 --measurement-interval 1000 --configs floor inferd
     python benchmarks/run.py --max-queue-delay-us mlp=2000 --out benchmarks/out/delay2000
-    python benchmarks/run.py --before-python "$(benchmarks/before.sh 1193872 /tmp/inferd-before)" \
-        --configs floor inline inferd-before inferd-batching --max-queue-delay-us mlp=2000
+    python benchmarks/run.py --before-python "$(benchmarks/before.sh 6dd1f18 /tmp/inferd-before)" \
+        --configs floor floor-cpp inline inferd-before inferd-batching --max-queue-delay-us mlp=2000
 
 Per model (``--model NAME[:C,C,...]``, repeatable; without concurrencies, ``--concurrency``):
 

@@ -6,6 +6,7 @@
 #include "inferd/grpc_calls.h"
 #include "inferd/grpc_server.h"
 #include "inferd/scheduler.h"
+#include "inferd/trace_sampling.h"
 
 namespace py = pybind11;
 
@@ -48,12 +49,13 @@ std::shared_ptr<GrpcServer> make_server(std::vector<std::string> addresses, std:
 }
 
 void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool forward_inference,
-             const std::vector<py::tuple>& routes) {
+             const TraceSampling& tracing, const std::vector<py::tuple>& routes) {
   auto snapshot = std::make_shared<ServingSnapshot>();
   snapshot->live = live;
   snapshot->ready = ready;
   snapshot->accepting = accepting;
   snapshot->forward_inference = forward_inference;
+  snapshot->tracing = tracing;
   for (const py::tuple& r : routes) {
     auto route = std::make_shared<ModelRoute>();
     route->model = r[2].cast<std::string>();
@@ -72,6 +74,14 @@ void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool for
 }  // namespace
 
 void register_grpc_server(py::module_& m) {
+  py::class_<TraceSampling>(m, "TraceSampling")
+      .def(py::init([](bool enabled, bool parent_based, double ratio) { return TraceSampling{enabled, parent_based, ratio}; }),
+           py::arg("enabled") = false, py::arg("parent_based") = false, py::arg("ratio") = 0.0)
+      .def_readonly("enabled", &TraceSampling::enabled)
+      .def_readonly("parent_based", &TraceSampling::parent_based)
+      .def_readonly("ratio", &TraceSampling::ratio)
+      .def("traced", &TraceSampling::traced, py::arg("traceparent"),
+           "Whether the transport traces a request with this traceparent header ('' = none).");
   py::class_<GrpcServer, std::shared_ptr<GrpcServer>>(m, "GrpcServer")
       .def(py::init(&make_server), py::arg("addresses"), py::arg("backend_address"), py::arg("max_message_bytes"),
            py::arg("keepalive_time_ms") = 0, py::arg("keepalive_timeout_ms") = 0, py::arg("max_concurrent_streams") = 0,
@@ -81,8 +91,9 @@ void register_grpc_server(py::module_& m) {
            "answer forwarded to the backend address. Raises RuntimeError when an address cannot be served.")
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
-           py::arg("routes"),
-           "Replace the serving snapshot. routes: (name, version as requested ('' = default), model, version, "
+           py::arg("tracing"), py::arg("routes"),
+           "Replace the serving snapshot. forward_inference: every inference goes to the backend; tracing: those "
+           "it samples do. routes: (name, version as requested ('' = default), model, version, "
            "Scheduler, ModelSignature, serialized ModelMetadataResponse, serialized ModelConfigResponse).")
       .def(
           "failures", [](const GrpcServer& server) { return const_cast<GrpcServer&>(server).failures().snapshot(); },

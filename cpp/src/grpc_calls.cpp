@@ -95,10 +95,23 @@ bool is_transport_header(std::string_view key) {
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to) {
   for (const auto& [key, value] : from.client_metadata()) {
     const std::string_view k(key.data(), key.size());
-    if (is_transport_header(k)) continue;
+    if (is_transport_header(k) || k == kTraceSampledKey) continue;
     to->AddMetadata(std::string(k), std::string(value.data(), value.size()));
   }
   to->set_deadline(from.deadline());
+}
+
+bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled) {
+  *sampled = false;
+  if (snapshot.forward_inference) return true;
+  if (!snapshot.tracing.enabled) return false;
+  std::string_view traceparent;
+  const auto& metadata = context.client_metadata();
+  if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
+    traceparent = std::string_view(found->second.data(), found->second.size());
+  }
+  *sampled = snapshot.tracing.traced(traceparent);
+  return *sampled;
 }
 
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to) {
@@ -192,10 +205,12 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
     Finish(status);
   }
 
-  // Hands the request, unparsed, to the backend, and its answer and status back to the client.
-  void forward() {
+  // Hands the request, unparsed, to the backend, and its answer and status back to the client;
+  // `sampled`: an inference the transport sampled for tracing.
+  void forward(bool sampled = false) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
+    if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
     call->request = request_;  // shares the slices
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -235,7 +250,8 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
 
 // ModelInfer: received bytes -> parser -> the version's scheduler -> writer -> sent bytes. A
 // request the snapshot has no route for (unknown or unready model, a version written otherwise)
-// or that Python observes (tracing, verbose logs) goes to the backend instead.
+// or that Python observes (sent_to_python: sampled for tracing, verbose logs) goes to the
+// backend instead.
 class InferCall final : public UnaryCall, public CompletionSink {
  public:
   using UnaryCall::UnaryCall;
@@ -271,8 +287,12 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    std::shared_ptr<const ModelRoute> route =
-        snapshot->forward_inference ? nullptr : snapshot->find(parsed.model_name, parsed.model_version);
+    bool sampled;
+    if (sent_to_python(*snapshot, *context_, &sampled)) {
+      forward(sampled);
+      return;
+    }
+    std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version);
     if (route == nullptr) {
       forward();
       return;

@@ -31,7 +31,8 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response) {
 // a computed one with its ModelStreamInferResponse, a failed one (or a message that is not a
 // ModelInferRequest) with `error_message` and the request's id, and the stream goes on - unless
 // the client sent `triton_grpc_error: true` (Triton's opt-in), which ends the call with the first
-// error's status. Requests without a route go one by one to the backend's ModelInfer.
+// error's status. Requests without a route, and those Python observes (sent_to_python: sampled for
+// tracing, verbose logs), go one by one to the backend's ModelInfer.
 //
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
 // read and not yet answered and sent, beyond which reading waits (a client that sends without
@@ -143,9 +144,10 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
                                         received.bytes.size(), &parsed);
     if (!status.ok()) return answer_error(to_grpc_status(status), "");
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    const std::shared_ptr<const ModelRoute> route =
-        snapshot->forward_inference ? nullptr : snapshot->find(parsed.model_name, parsed.model_version);
-    if (route == nullptr) return forward(request, std::string(parsed.id));
+    bool sampled;
+    if (sent_to_python(*snapshot, *context_, &sampled)) return forward(request, std::string(parsed.id), sampled);
+    const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version);
+    if (route == nullptr) return forward(request, std::string(parsed.id), false);
 
     const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
@@ -178,9 +180,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
   }
 
-  void forward(const grpc::ByteBuffer& request, std::string id) {
+  // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing.
+  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
+    if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
     call->request = request;
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -1035,6 +1035,85 @@ TEST_F(GrpcServerTest, ForwardInferenceSendsRoutedRequestsToTheBackend) {
   EXPECT_EQ(log_.executions(), 1);
 }
 
+// A request the snapshot's tracing samples goes to Python marked kTraceSampledKey; the others stay
+// in the core; a caller cannot mark its own.
+TEST_F(GrpcServerTest, TracedRequestsGoToTheBackendMarkedAndTheOthersStayInTheCore) {
+  BackendReply reply;
+  reply.body = "traced by python";
+  backend_->set_reply(method("ModelInfer"), reply);
+  publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 0.0}; });
+  const std::string sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  const std::string not_sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+  const std::string request = infer_request("add_one", "t1", rows_from(1, 1), 1);
+
+  ClientResult r = unary(method("ModelInfer"), request, {{"traceparent", sampled}});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.body, "traced by python");
+  ASSERT_EQ(backend_->call_count(), 1u);
+  EXPECT_EQ(backend_->calls()[0].metadata_value("inferd-trace-sampled"), "1");
+  EXPECT_EQ(backend_->calls()[0].metadata_value("traceparent"), sampled);
+
+  // Not sampled by the caller, or no traceparent at ratio 0, or a caller's own mark: the core's.
+  for (const Metadata& metadata : std::vector<Metadata>{
+           {{"traceparent", not_sampled}}, {}, {{"inferd-trace-sampled", "1"}, {"traceparent", not_sampled}}}) {
+    r = unary(method("ModelInfer"), request, metadata);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    expect_add_one_answer(r.body, "t1", rows_from(1, 1), 1);
+  }
+  EXPECT_EQ(backend_->call_count(), 1u);
+  EXPECT_EQ(log_.executions(), 3);
+
+  // A caller's mark never reaches Python either (here an unknown model, forwarded untraced).
+  backend_->set_reply(method("ModelInfer"), reply);
+  r = unary(method("ModelInfer"), infer_request("nope", "t2", rows_from(1, 1), 1),
+            {{"inferd-trace-sampled", "1"}, {"traceparent", not_sampled}});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(backend_->call_count(), 2u);
+  EXPECT_EQ(backend_->calls()[1].metadata_value("inferd-trace-sampled"), "<absent>");
+}
+
+TEST_F(GrpcServerTest, StreamRequestsAreSampledOneByOne) {
+  BackendReply reply;
+  reply.body = ld(1, "add_one") + ld(3, "s1");
+  backend_->set_reply(method("ModelInfer"), reply);
+  // Ratio 1 at the root: with no traceparent every request of the stream is traced.
+  publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 1.0}; });
+  {
+    StreamClient stream(stub_.get(), method("ModelStreamInfer"));
+    for (int i = 0; i < 3; ++i) stream.write(infer_request("add_one", "s1", rows_from(1, 1), 1));
+    for (int i = 0; i < 3; ++i) {
+      std::string bytes;
+      ASSERT_TRUE(stream.read(&bytes));
+      StreamAnswer answer;
+      ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+      EXPECT_EQ(answer.infer_bytes, reply.body);
+    }
+    stream.writes_done();
+    EXPECT_TRUE(stream.finish().ok());
+  }
+  const auto calls = backend_->calls();
+  ASSERT_EQ(calls.size(), 3u);
+  for (const auto& call : calls) {
+    EXPECT_EQ(call.method, method("ModelInfer"));
+    EXPECT_EQ(call.metadata_value("inferd-trace-sampled"), "1");
+  }
+  // The caller's unsampled parent keeps them all in the core.
+  {
+    StreamClient stream(stub_.get(), method("ModelStreamInfer"),
+                        {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}});
+    stream.write(infer_request("add_one", "s2", rows_from(1, 1), 1));
+    std::string bytes;
+    ASSERT_TRUE(stream.read(&bytes));
+    StreamAnswer answer;
+    ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+    EXPECT_EQ(answer.error_message, "");
+    stream.writes_done();
+    EXPECT_TRUE(stream.finish().ok());
+  }
+  EXPECT_EQ(backend_->call_count(), 3u);
+  EXPECT_EQ(log_.executions(), 1);
+}
+
 // --- 4. calls answered from the snapshot ---------------------------------------------------------
 
 TEST_F(GrpcServerTest, ServerLiveAndReadyComeFromTheSnapshot) {

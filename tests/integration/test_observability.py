@@ -304,3 +304,76 @@ def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the status did not change in time"
         time.sleep(0.02)
+
+
+def test_the_core_traces_exactly_the_requests_the_sampler_picks(
+    tmp_path: Path, receiver: OtlpTraceReceiver
+) -> None:
+    """parentbased_traceidratio at 0.5: the core sends a request to Python to be traced when the
+    caller's parent was sampled, never when it was not, and half of the new traces (one draw, in
+    the core: Python records what the core picked rather than drawing again, which would make it
+    a quarter). Unary and streamed alike. That the others never reach Python is checked where the
+    transport can be watched (cpp/tests/grpc_server_test.cpp)."""
+    repository = tmp_path / "models"
+    names = make_examples(repository)
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.5",
+    }
+    roots = 300
+    with running_server(repository, names, tmp_path, env_extra=env) as server:
+        before = {s.span_id for s in receiver.spans()}
+        sampled: list[str] = []
+        unsampled: list[str] = []
+        with grpcclient.InferenceServerClient(server.url) as client:
+            for i in range(40):
+                header, trace_id, _ = traceparent()
+                if i % 2:
+                    header = header[:-2] + "00"
+                    unsampled.append(trace_id)
+                else:
+                    sampled.append(trace_id)
+                client.infer("simple", simple_request(i), headers={"traceparent": header})
+            for i in range(roots):
+                client.infer("simple", simple_request(i))
+            # A stream with a sampled parent, then one with an unsampled parent.
+            streamed: list[Any] = []
+            done = threading.Semaphore(0)
+
+            def on_result(result: Any, error: Any) -> None:
+                streamed.append(error or result)
+                done.release()
+
+            for flags in ("01", "00"):
+                header, trace_id, _ = traceparent()
+                (sampled if flags == "01" else unsampled).append(trace_id)
+                client.start_stream(on_result, headers={"traceparent": header[:-2] + flags})
+                for i in range(5):
+                    client.async_stream_infer("simple", simple_request(i))
+                for _ in range(5):
+                    assert done.acquire(timeout=10)
+                client.stop_stream()
+            assert not [r for r in streamed if isinstance(r, InferenceServerException)]
+            stats = client.get_inference_statistics("simple").model_stats[0]
+            assert stats.inference_stats.success.count == 40 + roots + 10
+
+        def requests() -> list[Any]:
+            return [
+                s for s in receiver.spans() if s.name == "ModelInfer" and s.span_id not in before
+            ]
+
+        wait_until(lambda: {s.trace_id.hex() for s in requests()} >= set(sampled))
+        time.sleep(0.5)  # the rest of the export
+        spans = requests()
+    traced = [s.trace_id.hex() for s in spans if s.parent_span_id != b""]
+    assert sorted(set(traced)) == sorted(sampled)
+    assert len(traced) == 20 + 5  # each sampled request once; the stream's five share its trace
+    assert not set(traced) & set(unsampled)
+    new_traces = [s for s in spans if s.parent_span_id == b""]
+    # 150 expected, standard deviation 8.7: 110..190 is over 4.5 of them either way (a second
+    # draw in Python would give 75).
+    assert 110 <= len(new_traces) <= 190, len(new_traces)
+    for span in spans:
+        assert "inferd.trace_sampled" not in attributes(span)

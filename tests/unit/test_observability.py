@@ -4,18 +4,27 @@ families and run-time log settings."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, Decision
+from opentelemetry.trace import get_current_span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import inferd._core as _core
 from inferd.batching import CoreTiming
 from inferd.errors import ErrorCode, InvalidArgument
 from inferd.observability.logging import LogControl, apply_log_settings
 from inferd.observability.metrics import InferenceMetrics, ModelCounters
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import (
+    TRACE_SAMPLED_ATTRIBUTE,
+    TRACE_SAMPLED_KEY,
+    CoreSampledSampler,
+    SamplingRule,
     create_tracer_provider,
     parse_trace_config,
     tracing_requested,
@@ -94,6 +103,103 @@ def test_tracing_is_off_unless_configured() -> None:
         parse_trace_config("rate=0.5")
     with pytest.raises(ValueError, match="unknown sampler"):
         create_tracer_provider("endpoint=127.0.0.1:1,sampler=sometimes", environ={})
+
+
+SAMPLERS = [
+    ("always_on", "", SamplingRule(False, 1.0)),
+    ("always_off", "", SamplingRule(False, 0.0)),
+    ("traceidratio", "0.3", SamplingRule(False, 0.3)),
+    ("parentbased_always_on", "", SamplingRule(True, 1.0)),
+    ("parentbased_always_off", "", SamplingRule(True, 0.0)),
+    ("parentbased_traceidratio", "0.3", SamplingRule(True, 0.3)),
+]
+
+
+def core_rule(provider: object) -> SamplingRule | None:
+    sampler = getattr(provider, "sampler", None)
+    assert isinstance(sampler, CoreSampledSampler)
+    return sampler.rule
+
+
+@pytest.mark.parametrize(("name", "argument", "rule"), SAMPLERS)
+def test_the_cores_sampling_decides_as_the_configured_opentelemetry_sampler(
+    name: str, argument: str, rule: SamplingRule
+) -> None:
+    """Every request with a caller's traceparent gets the same decision from the core's rule as
+    from OpenTelemetry's own sampler (ratio samplers compare the trace id: no draw)."""
+    config = f"sampler={name}" + (f",sampler_arg={argument}" if argument else "")
+    provider = create_tracer_provider(config, environ={}, exporter=InMemorySpanExporter())
+    assert provider is not None and core_rule(provider) == rule
+    sampler = provider.sampler
+    assert isinstance(sampler, CoreSampledSampler)
+    core = _core.TraceSampling(True, rule.parent_based, rule.ratio)
+    propagator = TraceContextTextMapPropagator()
+    generator = random.Random(7)
+    decisions = {True: 0, False: 0}
+    for i in range(2000):
+        trace_id = generator.getrandbits(128) or 1
+        header = f"00-{trace_id:032x}-{generator.getrandbits(64) or 1:016x}-0{i % 2}"
+        parent = propagator.extract({"traceparent": header})
+        assert get_current_span(parent).get_span_context().trace_id == trace_id
+        otel = sampler.inner.should_sample(parent, trace_id, "ModelInfer").decision
+        expected = otel == Decision.RECORD_AND_SAMPLE
+        assert core.traced(header) == expected, (name, header)
+        decisions[expected] += 1
+    if rule.ratio not in (0.0, 1.0):
+        assert decisions[True] and decisions[False]  # both outcomes were compared
+    # A request that starts a trace: fixed for always_on/always_off roots.
+    if rule.ratio in (0.0, 1.0):
+        assert core.traced("") == (rule.ratio == 1.0)
+        assert core.traced("not a traceparent") == (rule.ratio == 1.0)
+    assert not _core.TraceSampling().traced(header)  # tracing off
+
+
+def test_the_sampler_comes_from_the_environment_as_the_sdk_reads_it() -> None:
+    def rule(environ: dict[str, str]) -> SamplingRule | None:
+        return core_rule(
+            create_tracer_provider("", environ=environ, exporter=InMemorySpanExporter())
+        )
+
+    assert rule({}) == SamplingRule(True, 1.0)  # the SDK's default: parentbased_always_on
+    ratio = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+    assert rule(ratio) == SamplingRule(False, 0.25)
+    assert rule({"OTEL_TRACES_SAMPLER": "sometimes"}) == SamplingRule(True, 1.0)
+    unreadable = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "x"}
+    assert rule(unreadable) == SamplingRule(True, 1.0)
+    # --trace-config wins over the environment.
+    provider = create_tracer_provider(
+        "sampler=always_off", environ=ratio, exporter=InMemorySpanExporter()
+    )
+    assert core_rule(provider) == SamplingRule(False, 0.0)
+
+
+def test_a_request_the_core_sampled_is_recorded_whatever_the_sampler_would_draw() -> None:
+    exporter = InMemorySpanExporter()
+    provider = create_tracer_provider("sampler=always_off", environ={}, exporter=exporter)
+    assert provider is not None
+    telemetry = Telemetry(LogControl(), None, provider)
+    unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
+    for metadata in (
+        [("traceparent", unsampled)],
+        [(TRACE_SAMPLED_KEY, "0")],
+        [(TRACE_SAMPLED_KEY, "1"), ("traceparent", unsampled)],
+        [(TRACE_SAMPLED_KEY, "1")],
+    ):
+        with telemetry.request("m", metadata) as observed:
+            observed.resolved("m", "1")
+            observed.computed(timing(1, 1))
+    spans = finished(telemetry, exporter)["ModelInfer"]
+    assert len(spans) == 2  # the two the core marked
+    caller = [s for s in spans if s.parent is not None]  # type: ignore[attr-defined]
+    assert len(caller) == 1 and f"{caller[0].context.trace_id:032x}" == CALLER_TRACE  # type: ignore[attr-defined]
+    for span in spans:
+        assert TRACE_SAMPLED_ATTRIBUTE not in span.attributes  # type: ignore[attr-defined]
+        assert span.attributes["inferd.model"] == "m"  # type: ignore[attr-defined]
+    # Unmarked, the inner sampler decides.
+    sampler = CoreSampledSampler(ALWAYS_OFF, SamplingRule(False, 0.0))
+    assert sampler.should_sample(None, 1, "x").decision == Decision.DROP
+    marked = sampler.should_sample(None, 1, "x", attributes={TRACE_SAMPLED_ATTRIBUTE: True, "a": 1})
+    assert marked.decision == Decision.RECORD_AND_SAMPLE and dict(marked.attributes) == {"a": 1}
 
 
 def test_without_tracing_or_verbose_logs_a_request_costs_no_telemetry_object() -> None:

@@ -37,6 +37,16 @@ struct TransportContext {
   std::atomic<uint64_t> tokens_{1};
 };
 
+// The metadata key the transport adds, with "1", to an inference it sends to Python because it
+// sampled it for tracing: Python's sampler then records it whatever it would draw itself (a request
+// that starts a trace gets its trace id there, so two draws would disagree). A caller's own is
+// dropped.
+inline constexpr std::string_view kTraceSampledKey = "inferd-trace-sampled";
+
+// Whether an inference request of this call goes to Python instead of the core: every request
+// does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).
+bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled);
+
 // Which call a method is.
 enum class CallKind { kInfer, kStreamInfer, kServerLive, kServerReady, kModelReady, kModelMetadata, kModelConfig, kForwarded };
 CallKind call_kind(std::string_view method);
@@ -81,6 +91,7 @@ struct BackendCall {
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
 };
+// Copies the caller's metadata (not the transport's own headers, nor kTraceSampledKey) and deadline.
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to);
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to);
 

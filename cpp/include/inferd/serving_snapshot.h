@@ -11,6 +11,7 @@
 
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
+#include "inferd/trace_sampling.h"
 
 namespace inferd {
 
@@ -39,8 +40,11 @@ struct ServingSnapshot {
   bool live = true;
   bool ready = false;      // ServerReady
   bool accepting = false;  // ModelReady of a routed version; false before start and in shutdown
-  // Every inference goes through Python (a request there is traced or logged).
+  // Every inference goes through Python: it logs each request (verbose), or traces by a rule the
+  // core cannot apply (a sampler other than OpenTelemetry's built-in ones).
   bool forward_inference = false;
+  // Otherwise the requests this rule traces go through Python, which builds their spans.
+  TraceSampling tracing;
   // model name -> version as a request gives it ("" = the highest ready version) -> route.
   using Versions = std::map<std::string, std::shared_ptr<const ModelRoute>, std::less<>>;
   std::map<std::string, Versions, std::less<>> models;

@@ -31,6 +31,12 @@ from inferd.batching import CoreTiming
 from inferd.errors import ErrorCode, InferdError
 from inferd.observability.logging import REQUEST_METADATA, LogControl
 from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.tracing import (
+    TRACE_SAMPLED_ATTRIBUTE,
+    TRACE_SAMPLED_KEY,
+    CoreSampledSampler,
+    SamplingRule,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -124,6 +130,15 @@ class Telemetry:
         latencies are the core's, read at scrape time, and only a failure is reported here."""
         return self.tracer is not None or self.log_control.verbose > 0
 
+    @property
+    def sampling(self) -> SamplingRule | None:
+        """How the core picks the requests to trace, or None when it cannot (a tracer provider
+        whose sampler is not ``CoreSampledSampler``: every request is then Python's to see)."""
+        if self.tracer_provider is None:
+            return None
+        sampler = self.tracer_provider.sampler
+        return sampler.rule if isinstance(sampler, CoreSampledSampler) else None
+
     def request(
         self, model_name: str, metadata: Sequence[tuple[str, Any]] | None
     ) -> RequestTelemetry:
@@ -174,11 +189,14 @@ class RequestTelemetry:
         if tracer is not None:
             carrier = {k: v for k, v in self._metadata or () if isinstance(v, str)}
             parent = _PROPAGATOR.extract(carrier)
+            attributes: dict[str, Any] = {"rpc.system": "grpc", "inferd.model": self.model}
+            if carrier.get(TRACE_SAMPLED_KEY) == "1":
+                attributes[TRACE_SAMPLED_ATTRIBUTE] = True  # the core sampled it
             self._span = tracer.start_span(
                 "ModelInfer",
                 context=parent,
                 kind=SpanKind.SERVER,
-                attributes={"rpc.system": "grpc", "inferd.model": self.model},
+                attributes=attributes,
                 # On the core's clock, as its queue and compute children are: the wall clock
                 # and the converted core times may disagree by a microsecond.
                 start_time=CoreTiming.wall_ns(CoreTiming.now_ns()),

@@ -1,21 +1,41 @@
 """The OpenTelemetry tracer provider: OTLP over gRPC, chosen by ``--trace-config`` or by the
-standard ``OTEL_*`` environment variables, and off unless one of them asks for it."""
+standard ``OTEL_*`` environment variables, and off unless one of them asks for it.
+
+Which requests are traced is decided twice over: the core's transport applies the sampler's rule
+(``SamplingRule``) to each inference before anything else, serves the requests it does not trace
+itself, and sends the others to Python marked ``inferd-trace-sampled: 1``; Python's sampler
+(``CoreSampledSampler``) records a marked request whatever it would draw, and decides every other
+span (a request Python answers for another reason) as configured."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+import structlog
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
+    Decision,
     ParentBased,
     Sampler,
+    SamplingResult,
     TraceIdRatioBased,
 )
+from opentelemetry.trace import Link, SpanKind, TraceState, get_current_span
+from opentelemetry.util.types import Attributes
+
+# The gRPC metadata key the core adds to an inference it sampled (cpp/include/inferd/grpc_calls.h,
+# kTraceSampledKey), and the span attribute the transport turns it into for the sampler.
+log = structlog.get_logger(__name__)
+
+TRACE_SAMPLED_KEY = "inferd-trace-sampled"
+TRACE_SAMPLED_ATTRIBUTE = "inferd.trace_sampled"
 
 TRACE_CONFIG_KEYS = ("endpoint", "sampler", "sampler_arg")
 
@@ -50,7 +70,63 @@ def tracing_requested(config: Mapping[str, str], environ: Mapping[str, str]) -> 
     )
 
 
-def _sampler(name: str, argument: str) -> Sampler:
+@dataclass(frozen=True)
+class SamplingRule:
+    """An OpenTelemetry built-in sampler as the core applies it: a caller's valid ``traceparent``
+    decides by its sampled flag when ``parent_based``; otherwise a trace is sampled when its id's
+    lower 64 bits fall below ``ratio`` x 2^64 (TraceIdRatioBased; always_on is 1, always_off 0)."""
+
+    parent_based: bool
+    ratio: float
+
+
+class CoreSampledSampler(Sampler):
+    """``inner``, except that a span started with ``TRACE_SAMPLED_ATTRIBUTE`` (a request the core
+    sampled) is recorded and sampled, without that attribute. ``rule``: ``inner``'s decision as the
+    core applies it, or None when the core cannot (it then sends every inference to Python)."""
+
+    def __init__(self, inner: Sampler, rule: SamplingRule | None) -> None:
+        self.inner = inner
+        self.rule = rule
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        if attributes and attributes.get(TRACE_SAMPLED_ATTRIBUTE):
+            parent = get_current_span(parent_context).get_span_context()
+            return SamplingResult(
+                Decision.RECORD_AND_SAMPLE,
+                {k: v for k, v in attributes.items() if k != TRACE_SAMPLED_ATTRIBUTE},
+                parent.trace_state if parent.is_valid else None,
+            )
+        return self.inner.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"CoreSampled{{{self.inner.get_description()}}}"
+
+
+# OpenTelemetry's built-in samplers (the names OTEL_TRACES_SAMPLER takes), by whether they
+# follow the parent.
+_PARENT_BASED = {
+    "always_on": False,
+    "always_off": False,
+    "traceidratio": False,
+    "parentbased_always_on": True,
+    "parentbased_always_off": True,
+    "parentbased_traceidratio": True,
+}
+
+
+def _sampler(name: str, argument: str) -> tuple[Sampler, SamplingRule]:
     def ratio() -> float:
         try:
             value = float(argument or 1.0)
@@ -70,7 +146,30 @@ def _sampler(name: str, argument: str) -> Sampler:
     }
     if name not in samplers:
         raise ValueError(f"unknown sampler {name!r} (one of {', '.join(samplers)})")
-    return samplers[name]()
+    fixed = {"always_on": 1.0, "always_off": 0.0}
+    rule_ratio = fixed.get(name.removeprefix("parentbased_"))
+    rule = SamplingRule(_PARENT_BASED[name], ratio() if rule_ratio is None else rule_ratio)
+    return samplers[name](), rule
+
+
+def _configured_sampler(config: Mapping[str, str], environ: Mapping[str, str]) -> Sampler:
+    """--trace-config's sampler, else OTEL_TRACES_SAMPLER's read as the SDK reads it: an unknown
+    name is parentbased_always_on (the default) and an unreadable ratio is 1.0, with a warning."""
+    if "sampler" in config:
+        inner, rule = _sampler(config["sampler"], config.get("sampler_arg", ""))
+        return CoreSampledSampler(inner, rule)
+    name = environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on").lower()
+    if name not in _PARENT_BASED:
+        log.warning("unknown OTEL_TRACES_SAMPLER: parentbased_always_on", sampler=name)
+        name = "parentbased_always_on"
+    argument = environ.get("OTEL_TRACES_SAMPLER_ARG", "")
+    try:
+        float(argument or 1.0)
+    except ValueError:
+        log.warning("OTEL_TRACES_SAMPLER_ARG is not a number: ratio 1.0", sampler_arg=argument)
+        argument = ""
+    inner, rule = _sampler(name, argument)
+    return CoreSampledSampler(inner, rule)
 
 
 def create_tracer_provider(
@@ -84,11 +183,10 @@ def create_tracer_provider(
     config = parse_trace_config(trace_config)
     if exporter is None and not tracing_requested(config, environ):
         return None
-    sampler = None  # the SDK then reads OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG
-    if "sampler" in config:
-        sampler = _sampler(config["sampler"], config.get("sampler_arg", ""))
     attributes = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "inferd"}
-    provider = TracerProvider(sampler=sampler, resource=Resource.create(attributes))
+    provider = TracerProvider(
+        sampler=_configured_sampler(config, environ), resource=Resource.create(attributes)
+    )
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 

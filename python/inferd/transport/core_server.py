@@ -22,6 +22,7 @@ import inferd._proto.grpc_service_pb2 as pb
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.observability.telemetry import Telemetry
+from inferd.observability.tracing import SamplingRule
 from inferd.transport import codec
 from inferd.transport.servicer import ServerState
 
@@ -83,9 +84,17 @@ class CoreGrpcServer:
         ready: bool,
         accepting: bool,
         forward_inference: bool,
+        tracing: SamplingRule | None,
         routes: list[tuple[Any, ...]],
     ) -> None:
-        self._server.publish(live, ready, accepting, forward_inference, routes)
+        """``forward_inference``: every inference goes to Python; ``tracing`` (None: off): the
+        inferences it samples do."""
+        sampling = (
+            _core.TraceSampling(True, tracing.parent_based, tracing.ratio)
+            if tracing is not None
+            else _core.TraceSampling()
+        )
+        self._server.publish(live, ready, accepting, forward_inference, sampling, routes)
 
     def failures(self) -> Iterator[tuple[str, str, ErrorCode, int]]:
         """Inference requests the core's transport failed, by model version and error code."""
@@ -138,6 +147,9 @@ class ServingPublisher:
             live=self._state.live,
             ready=self._state.accepting and registry.all_ready(),
             accepting=self._state.accepting,
-            forward_inference=self._telemetry.observes_each_request,
+            # Python sees every inference while it logs each, or traces by a rule the core lacks.
+            forward_inference=self._telemetry.log_control.verbose > 0
+            or (self._telemetry.tracer is not None and self._telemetry.sampling is None),
+            tracing=self._telemetry.sampling,
             routes=routes,
         )
