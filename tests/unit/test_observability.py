@@ -275,7 +275,15 @@ def test_log_settings_follow_tritons_keys() -> None:
     assert control.level == "critical"
     apply_log_settings(control, {"log_info": True})
     assert control.level == "info"
-    for bad in ({"log_info": 1}, {"log_file": "/tmp/x"}, {"log_format": "ISO8601"}, {"x": 1}):
+    bad_values: list[dict[str, object]] = [
+        {"log_info": 1},
+        {"log_verbose_level": True},  # a bool is an int to Python, not a verbose level
+        {"log_verbose_level": 1.5},
+        {"log_file": "/tmp/x"},
+        {"log_format": "ISO8601"},
+        {"x": 1},
+    ]
+    for bad in bad_values:
         with pytest.raises(InvalidArgument):
             apply_log_settings(control, bad)
 

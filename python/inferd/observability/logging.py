@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from opentelemetry import trace
@@ -98,10 +98,11 @@ def configure_logging(
 
 
 LogSettingValue = bool | int | str
+_T = TypeVar("_T")
 
 
 def apply_log_settings(
-    control: LogControl, changes: dict[str, LogSettingValue]
+    control: LogControl, changes: Mapping[str, object]
 ) -> dict[str, LogSettingValue]:
     """Applies Triton's ``LogSettings`` keys and returns every setting as it now is.
 
@@ -111,20 +112,19 @@ def apply_log_settings(
     fixed at start (stderr, ``--log-format``): asking to change them is an error."""
     from inferd.errors import InvalidArgument
 
-    def expect(key: str, value: LogSettingValue, kind: type) -> None:
-        if type(value) is not kind:
+    def expect(key: str, value: object, kind: type[_T]) -> _T:
+        if type(value) is not kind:  # not isinstance: a bool is no verbose level
             raise InvalidArgument(f"log setting {key!r} takes a {kind.__name__} value")
+        return value
 
     level_switches = {"log_info": "info", "log_warning": "warning", "log_error": "error"}
     current = {key: control.admits(level) for key, level in level_switches.items()}
     verbose = control.verbose
     for key, value in changes.items():
         if key in level_switches:
-            expect(key, value, bool)
-            current[key] = bool(value)
+            current[key] = expect(key, value, bool)
         elif key == "log_verbose_level":
-            expect(key, value, int)
-            verbose = int(value)
+            verbose = expect(key, value, int)
         elif key == "log_file":
             if value != "":
                 raise InvalidArgument("log_file cannot be set: inferd logs to stderr")

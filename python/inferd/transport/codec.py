@@ -13,7 +13,8 @@ ParameterValue = bool | int | float | str
 
 
 def parameters(fields: Any) -> dict[str, ParameterValue]:
-    """map<string, InferParameter> -> plain values."""
+    """A protocol map of one-of values (InferParameter, LogSettings' SettingValue) -> plain
+    values; an entry with no value set is skipped."""
     out: dict[str, ParameterValue] = {}
     for key, value in fields.items():
         choice = value.WhichOneof("parameter_choice")
@@ -74,16 +75,6 @@ def encode_repository_index(statuses: list[ModelStatus], ready_only: bool) -> An
             name=status.name, version=status.version, state=status.state.value, reason=status.reason
         )
     return message
-
-
-def log_settings(request: Any) -> dict[str, bool | int | str]:
-    """LogSettingsRequest.settings -> plain values (settings with no value are skipped)."""
-    out: dict[str, bool | int | str] = {}
-    for key, value in request.settings.items():
-        choice = value.WhichOneof("parameter_choice")
-        if choice is not None:
-            out[key] = getattr(value, choice)
-    return out
 
 
 def encode_log_settings(settings: dict[str, bool | int | str]) -> Any:

@@ -116,7 +116,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        current = apply_log_settings(self._telemetry.log_control, codec.log_settings(request))
+        current = apply_log_settings(
+            self._telemetry.log_control, codec.parameters(request.settings)
+        )
         if self._settings_changed is not None:
             self._settings_changed()
         return codec.encode_log_settings(current)
