@@ -1,4 +1,6 @@
-"""The bridge to the C++ core (``inferd._core``): the only package that imports it."""
+"""The bridge to the C++ core (``inferd._core``) for Python: schedulers, buffer pools, CUDA streams
+and the native ONNX Runtime session. The core's gRPC server is started by
+``inferd.transport.core_server``, the only other importer."""
 
 from inferd.batching.core import (
     CompletionDispatcher,

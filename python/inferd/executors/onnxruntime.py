@@ -1,4 +1,9 @@
-"""ONNX Runtime on the CPU: one InferenceSession per model instance, created once at load."""
+"""ONNX Runtime's Python API: one InferenceSession per model instance, created once at load.
+
+The server runs GPU instances with it (the CUDA provider, behind ONNX Runtime's TensorRT provider
+when the config asks; IOBinding on the instance's stream, see ``inferd.executors.iobinding``), and
+CPU instances only where the core's native executor (``inferd.executors.onnxruntime_native``)
+cannot load ONNX Runtime's library."""
 
 from __future__ import annotations
 
