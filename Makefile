@@ -19,7 +19,7 @@ help:
 	@echo "make test           set up, build, run the C++ (ctest) and Python (pytest) tests"
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
-	@echo "make lint           ruff, ruff format --check, mypy --strict"
+	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code)"
 	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600)"
 	@echo "make fuzz-ci        the same, bounded to FUZZ_CI_SECONDS (60): what CI runs"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
@@ -91,10 +91,12 @@ test-asan-python: system-deps
 	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	  $(ASAN_VENV)/bin/python -m pytest -p no:cacheprovider
 
+# vulture: dead code in the package; vulture_whitelist.py names what is used where it cannot see.
 lint: build
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vulture python/inferd vulture_whitelist.py --min-confidence 60
 
 # libFuzzer over the request path (cpp/fuzz/): parse_infer_request, build_inference_request and
 # InferResponseWriter, built by clang with AddressSanitizer and UndefinedBehaviorSanitizer. The seed

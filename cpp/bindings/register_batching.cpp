@@ -32,8 +32,8 @@ void register_batching(py::module_& m) {
       .def_readwrite("max_queue_delay_us", &BatcherOptions::max_queue_delay_us)
       .def_readwrite("priority_levels", &BatcherOptions::priority_levels)
       .def_readwrite("default_priority_level", &BatcherOptions::default_priority_level)
-      .def_readwrite("default_policy", &BatcherOptions::default_policy)
-      .def_readwrite("level_policies", &BatcherOptions::level_policies)
+      .def_readwrite("default_queue_policy", &BatcherOptions::default_queue_policy)
+      .def_readwrite("level_queue_policies", &BatcherOptions::level_queue_policies)
       .def_readwrite("preserve_ordering", &BatcherOptions::preserve_ordering)
       .def_readwrite("padding", &BatcherOptions::padding);
 

@@ -145,7 +145,9 @@ void register_scheduler(py::module_& m) {
           py::arg("reject_queued"), py::call_guard<py::gil_scoped_release>(),
           "Close intake, compute (or reject) what is queued, join the workers. Blocks; GIL released.")
       .def("pending_requests", &Scheduler::pending_requests)
-      .def("instance_count", &Scheduler::instance_count)
+      .def_property_readonly(
+          "batcher_options", [](const Scheduler& s) { return s.batcher_options(); },
+          "A copy of the options the scheduler was built with.")
       .def("statistics", [](const Scheduler& scheduler) {
         StatisticsSnapshot s = scheduler.statistics();
         py::dict batches;

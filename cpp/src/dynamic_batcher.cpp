@@ -44,8 +44,8 @@ double BusyArrivalRate::per_second(double prior_s) const {
 DynamicBatcher::DynamicBatcher(BatcherOptions options)
     : options_(std::move(options)), levels_(std::max<uint32_t>(1, options_.priority_levels)) {
   for (uint32_t i = 0; i < levels_.size(); ++i) {
-    auto it = options_.level_policies.find(i + 1);
-    levels_[i].policy = it != options_.level_policies.end() ? it->second : options_.default_policy;
+    auto it = options_.level_queue_policies.find(i + 1);
+    levels_[i].policy = it != options_.level_queue_policies.end() ? it->second : options_.default_queue_policy;
   }
 }
 

@@ -401,7 +401,7 @@ TEST(DynamicBatcher, HigherPriorityGoesFirstAndFifoWithinALevel) {
 
 TEST(DynamicBatcher, AFullQueueRefusesWithResourceExhausted) {
   BatcherOptions o = dynamic(8);
-  o.default_policy.max_queue_size = 2;
+  o.default_queue_policy.max_queue_size = 2;
   DynamicBatcher batcher(o);
   ASSERT_TRUE(batcher.enqueue(request(1)).ok());
   ASSERT_TRUE(batcher.enqueue(request(2)).ok());
@@ -415,9 +415,9 @@ TEST(DynamicBatcher, AFullQueueRefusesWithResourceExhausted) {
 TEST(DynamicBatcher, QueueTimeoutRejectsOrDelays) {
   for (bool delay : {false, true}) {
     BatcherOptions o = dynamic(1, 0);
-    o.default_policy.default_timeout_us = 20'000;  // 20 ms
-    o.default_policy.delay_on_timeout = delay;
-    o.default_policy.allow_timeout_override = true;
+    o.default_queue_policy.default_timeout_us = 20'000;  // 20 ms
+    o.default_queue_policy.delay_on_timeout = delay;
+    o.default_queue_policy.allow_timeout_override = true;
     DynamicBatcher batcher(o);
     auto quick = request(1);
     quick->timeout_us = 1'000;  // shortened by the request
@@ -442,8 +442,8 @@ TEST(DynamicBatcher, QueueTimeoutRejectsOrDelays) {
 
 TEST(DynamicBatcher, AnOverrideCannotLengthenTheTimeout) {
   BatcherOptions o = dynamic(1);
-  o.default_policy.default_timeout_us = 10'000;
-  o.default_policy.allow_timeout_override = true;
+  o.default_queue_policy.default_timeout_us = 10'000;
+  o.default_queue_policy.allow_timeout_override = true;
   DynamicBatcher batcher(o);
   auto r = request(1);
   r->timeout_us = 60'000'000;

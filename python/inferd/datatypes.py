@@ -60,11 +60,6 @@ BY_CONFIG_TYPE: Final[dict[int, Datatype]] = {d.config_type: d for d in DATATYPE
 BY_ONNX_TYPE: Final[dict[int, Datatype]] = {d.onnx_type: d for d in DATATYPES.values()}
 
 
-def datatype(name: str) -> Datatype:
-    """The row for a protocol datatype name; KeyError if there is none."""
-    return DATATYPES[name]
-
-
 def serialize_bytes(elements: list[bytes]) -> bytes:
     """Elements -> the protocol's BYTES form (4-byte little-endian length, then the bytes)."""
     parts: list[bytes] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import inferd._core as _core
 from inferd.batching import (
     BatchingPolicy,
     CompletionDispatcher,
@@ -18,6 +20,7 @@ from inferd.batching import (
     core_signature,
 )
 from inferd.batching.core import check_status_codes
+from inferd.batching.policy import Padding, QueuePolicy
 from inferd.errors import InvalidArgument, Unavailable
 
 INT32 = 8  # DataType code of INT32 (TYPE_INT32)
@@ -60,8 +63,17 @@ class Rejecting:
         pass
 
 
-def test_status_codes_agree_with_the_core() -> None:
-    check_status_codes()
+def test_status_codes_must_match_the_core_both_ways() -> None:
+    core = {name: int(value) for name, value in _core.StatusCode.__members__.items()}
+    check_status_codes(core)  # what the import checked
+    for broken in (
+        {**core, "INTERNAL": 99},  # renumbered
+        {k: v for k, v in core.items() if k != "NOT_FOUND"},  # gone from the core
+        {**core, "DATA_LOSS": 15},  # new in the core only
+        {**core, "FAILED_PRECONDITION": 9},  # the core now answers a Python-only code
+    ):
+        with pytest.raises(ImportError, match="differ"):
+            check_status_codes(broken)
 
 
 async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
@@ -193,3 +205,83 @@ async def test_a_pipelined_executor_stages_the_next_batch_on_another_thread() ->
     assert any(b < s < e for s in executor.staged for b, e in executor.executed)
     await scheduler.close()
     dispatcher.close()
+
+
+def _plain(value: Any) -> Any:
+    """Sequences of any kind (tuples here, lists from the core) as lists, to compare."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _differs_from_default_everywhere(value: Any, path: str) -> None:
+    for spec in dataclasses.fields(value):
+        default = (
+            spec.default_factory()
+            if spec.default_factory is not dataclasses.MISSING
+            else spec.default
+        )
+        mine = getattr(value, spec.name)
+        assert mine != default, f"{path}.{spec.name} is its default: the test would not see it"
+        if dataclasses.is_dataclass(mine):
+            _differs_from_default_everywhere(mine, f"{path}.{spec.name}")
+        if isinstance(mine, dict):
+            for key, item in mine.items():
+                _differs_from_default_everywhere(item, f"{path}.{spec.name}[{key}]")
+
+
+def _assert_core_has(policy: Any, core: Any, path: str) -> None:
+    """Every field of ``policy`` (recursively) is in ``core`` under its name, with its value."""
+    for spec in dataclasses.fields(policy):
+        mine, theirs = getattr(policy, spec.name), getattr(core, spec.name)
+        where = f"{path}.{spec.name}"
+        if dataclasses.is_dataclass(mine):
+            _assert_core_has(mine, theirs, where)
+        elif isinstance(mine, dict):
+            assert set(mine) == set(theirs), where
+            for key, item in mine.items():
+                _assert_core_has(item, theirs[key], f"{where}[{key}]")
+        else:
+            assert _plain(mine) == _plain(theirs), where
+
+
+async def test_every_batching_setting_reaches_the_core() -> None:
+    """Each BatchingPolicy field, set away from its default, read back from the core's scheduler:
+    a setting dropped or renamed on the way fails here."""
+    queue = QueuePolicy(
+        delay_on_timeout=True,
+        default_timeout_us=1500,
+        allow_timeout_override=True,
+        max_queue_size=7,
+    )
+    policy = BatchingPolicy(
+        dynamic=True,
+        max_batch_size=16,
+        preferred_batch_sizes=(4, 8),
+        max_queue_delay_us=250,
+        priority_levels=3,
+        default_priority_level=2,
+        default_queue_policy=queue,
+        level_queue_policies={
+            1: QueuePolicy(
+                delay_on_timeout=True,
+                default_timeout_us=10,
+                allow_timeout_override=True,
+                max_queue_size=1,
+            ),
+            3: dataclasses.replace(queue, max_queue_size=9),
+        },
+        preserve_ordering=True,
+        padding=Padding(
+            inputs=(True, False), value=-1.5, reference_input=0, outputs=(((1, 1),), ())
+        ),
+    )
+    _differs_from_default_everywhere(policy, "policy")
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    signature = core_signature("m", "1", 16, [], [])
+    scheduler = ModelScheduler(dispatcher, POOL, signature, policy, [Doubler()], [INT32])
+    try:
+        _assert_core_has(policy, scheduler.core.batcher_options, "policy")
+    finally:
+        await scheduler.close()
+        dispatcher.close()

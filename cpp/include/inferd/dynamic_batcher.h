@@ -31,8 +31,8 @@ struct BatcherOptions {
   uint64_t max_queue_delay_us = 0;  // the most a batch waits for company (see DynamicBatcher); 0 = never
   uint32_t priority_levels = 0;     // 0 = one level
   uint32_t default_priority_level = 0;
-  QueuePolicy default_policy;
-  std::map<uint32_t, QueuePolicy> level_policies;  // overrides default_policy per level
+  QueuePolicy default_queue_policy;
+  std::map<uint32_t, QueuePolicy> level_queue_policies;  // overrides default_queue_policy per level
   bool preserve_ordering = false;  // read by the scheduler
   Padding padding;                 // padded inputs are bucketed by rank only
 };

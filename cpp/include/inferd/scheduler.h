@@ -65,7 +65,7 @@ class Scheduler {
   // Thread-safe, non-blocking snapshots.
   StatisticsSnapshot statistics() const { return statistics_.snapshot(); }
   size_t pending_requests() const { return batcher_.size(); }
-  size_t instance_count() const { return instances_.size(); }
+  const BatcherOptions& batcher_options() const { return options_.batching; }
 
  private:
   struct StagedBatch;

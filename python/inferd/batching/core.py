@@ -10,21 +10,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from typing import Any, NamedTuple, Protocol
 
-import numpy as np
-
 import inferd._core as _core
-from inferd.batching.policy import BatchingPolicy, QueuePolicy
+from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 from inferd.executors.base import Executor
 
 # (core datatype code, shape, buffer): a tensor as the core takes it.
 CoreTensor = tuple[int, Sequence[int], Any]
-# What a computed request returns: (datatype code, shape, read-only array) per model output.
-CoreOutputs = list[tuple[int, tuple[int, ...], np.ndarray]]
 
 
 class CoreTiming(NamedTuple):
@@ -57,7 +54,9 @@ _WALL_MINUS_STEADY_NS = time.time_ns() - _core.steady_clock_ns()
 
 
 class CoreResult(NamedTuple):
-    outputs: Any  # CoreOutputs, or the serialized answer of a request submitted as bytes
+    # Per model output (datatype code, shape, read-only array), or the serialized answer of a
+    # request submitted as bytes.
+    outputs: Any
     timing: CoreTiming
 
 
@@ -125,13 +124,20 @@ def _deadline_us(deadline_s: float | None) -> int:
     return max(1, int(deadline_s * 1e6))
 
 
-def check_status_codes() -> None:
-    """The core's status codes must mean what inferd.errors.ErrorCode says they mean."""
-    for name, value in _core.StatusCode.__members__.items():
-        if name != "OK" and ErrorCode[name] != int(value):
-            raise ImportError(
-                f"core StatusCode.{name} = {int(value)}, ErrorCode says {ErrorCode[name]}"
-            )
+# Failures only Python reports (the core never answers with them).
+_PYTHON_ONLY_CODES = frozenset({"FAILED_PRECONDITION"})
+
+
+def check_status_codes(core_codes: Mapping[str, int] | None = None) -> None:
+    """The core's status codes (``core_codes``: its StatusCode members, by default) must be
+    inferd.errors.ErrorCode's, name for name and number for number, but for the Python-only
+    ones; raises ImportError naming the difference."""
+    members = _core.StatusCode.__members__ if core_codes is None else core_codes
+    core = {name: int(value) for name, value in members.items() if name != "OK"}
+    python = {code.name: int(code) for code in ErrorCode if code.name not in _PYTHON_ONLY_CODES}
+    if core != python:
+        differ = sorted(set(core.items()) ^ set(python.items()))
+        raise ImportError(f"the core's StatusCode and inferd.errors.ErrorCode differ: {differ}")
 
 
 check_status_codes()
@@ -200,35 +206,26 @@ class HostBufferPool:
         return self.core.stats()
 
 
-def _core_queue_policy(policy: QueuePolicy) -> Any:
-    out = _core.QueuePolicy()
-    out.delay_on_timeout = policy.delay_on_timeout
-    out.default_timeout_us = policy.default_timeout_us
-    out.allow_timeout_override = policy.allow_timeout_override
-    out.max_queue_size = policy.max_queue_size
-    return out
+# The core's type for each policy dataclass: their fields have the same names and meanings.
+_CORE_OPTION_TYPES: dict[type, Callable[[], Any]] = {
+    BatchingPolicy: _core.BatcherOptions,
+    QueuePolicy: _core.QueuePolicy,
+    Padding: _core.Padding,
+}
 
 
-def _core_batcher_options(policy: BatchingPolicy) -> Any:
-    out = _core.BatcherOptions()
-    out.dynamic = policy.dynamic
-    out.max_batch_size = policy.max_batch_size
-    out.preferred_batch_sizes = list(policy.preferred_batch_sizes)
-    out.max_queue_delay_us = policy.max_queue_delay_us
-    out.priority_levels = policy.priority_levels
-    out.default_priority_level = policy.default_priority_level
-    out.default_policy = _core_queue_policy(policy.default_queue_policy)
-    out.level_policies = {
-        level: _core_queue_policy(p) for level, p in policy.level_queue_policies.items()
-    }
-    out.preserve_ordering = policy.preserve_ordering
-    padding = _core.Padding()
-    padding.inputs = list(policy.padding.inputs)
-    padding.value = policy.padding.value
-    padding.reference_input = policy.padding.reference_input
-    padding.outputs = [list(pairs) for pairs in policy.padding.outputs]
-    out.padding = padding
-    return out
+def _core_options(value: Any) -> Any:
+    """A policy dataclass as the core's options, field by field under the same names (a field the
+    core lacks fails every model's load with AttributeError); sequences and maps convert as they
+    are, their policy values too."""
+    if type(value) in _CORE_OPTION_TYPES:
+        out = _CORE_OPTION_TYPES[type(value)]()
+        for spec in fields(value):
+            setattr(out, spec.name, _core_options(getattr(value, spec.name)))
+        return out
+    if isinstance(value, dict):
+        return {key: _core_options(item) for key, item in value.items()}
+    return value
 
 
 class ModelScheduler:
@@ -249,7 +246,7 @@ class ModelScheduler:
         self.policy = policy
         self._core = _core.Scheduler(
             signature.name,
-            _core_batcher_options(policy),
+            _core_options(policy),
             # A native executor's core_session runs in the core, without the GIL.
             [getattr(e, "core_session", e) for e in executors],
             output_datatypes,

@@ -23,9 +23,6 @@ import numpy as np
 
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
 
-PLAN_FILE = "model.plan"
-EXECUTOR_PARAMETER = "inferd.executor"  # "tensorrt": build the ONNX model into an engine
-
 
 def optimization_profile(max_batch_size: int, preferred: list[int]) -> tuple[int, int, int]:
     """(min, opt, max) batch sizes: 1..max_batch_size, the largest preferred size as optimum."""
