@@ -26,10 +26,10 @@ CudaRuntime::CudaRuntime() {
     // Never dlclose'd: see the invariant in the header.
     void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) continue;
-    DeviceCountFn device_count = nullptr;
-    HostAllocFn host_alloc = nullptr;
+    DeviceCountFn get_device_count = nullptr;
+    HostAllocFn host_alloc_fn = nullptr;
     const bool complete =
-        find(lib, "cudaGetDeviceCount", &device_count) && find(lib, "cudaHostAlloc", &host_alloc) &&
+        find(lib, "cudaGetDeviceCount", &get_device_count) && find(lib, "cudaHostAlloc", &host_alloc_fn) &&
         find(lib, "cudaFreeHost", &free_host_) && find(lib, "cudaMalloc", &malloc_) && find(lib, "cudaFree", &free_) &&
         find(lib, "cudaSetDevice", &set_device_) && find(lib, "cudaStreamCreateWithFlags", &stream_create_) &&
         find(lib, "cudaStreamDestroy", &stream_destroy_) && find(lib, "cudaStreamSynchronize", &stream_synchronize_) &&
@@ -42,11 +42,11 @@ CudaRuntime::CudaRuntime() {
       continue;
     }
     int devices = 0;
-    if (device_count(&devices) != 0 || devices == 0) {
+    if (get_device_count(&devices) != 0 || devices == 0) {
       description_ = std::string(name) + " found, but no CUDA device";
       continue;
     }
-    host_alloc_ = host_alloc;  // last: available() reads it
+    host_alloc_ = host_alloc_fn;  // last: available() reads it
     device_count_ = devices;
     description_ = std::string(name) + " with " + std::to_string(devices) + " device(s)";
     return;
