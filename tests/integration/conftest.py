@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,15 @@ from inferd.examples import DATATYPES, make_examples, write_identity_model
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+
+# pytest's filterwarnings ("error") cannot see into the server subprocess, so the server runs with
+# every Python warning shown (PYTHONWARNINGS=default: ResourceWarning and DeprecationWarning
+# included) and its stderr is checked for them, and for exceptions ignored in __del__ and the
+# like, when it stops. A warning line reads "path:line: SomeWarning: message"; JSON records
+# start with "{" and never match.
+PYTHON_WARNING = re.compile(
+    r"^(?:[^{\n].*?:\d+: \w*Warning: |Exception ignored in).*$", re.MULTILINE
+)
 
 # Every protocol datatype, with its identity model's name (identity_<datatype lowercase>).
 ALL_DATATYPES: list[str] = list(DATATYPES)
@@ -111,6 +121,7 @@ def running_server(
     # Hermetic: the caller's INFERD_* and OTEL_* settings must not change the server under test.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONWARNINGS"] = "default"  # see PYTHON_WARNING
     env.update(env_extra or {})
     command = [
         sys.executable,
@@ -174,6 +185,8 @@ def running_server(
     # (an unexpected exception in a handler answers INTERNAL and is logged at "error").
     problems = [r for r in _records(log_path) if r.get("level") in ("error", "critical")]
     assert not problems, "inferd logged errors:\n" + "\n".join(json.dumps(r) for r in problems)
+    warned = PYTHON_WARNING.findall(running.log())
+    assert not warned, "inferd emitted Python warnings:\n" + "\n".join(warned)
 
 
 @pytest.fixture(scope="session")
