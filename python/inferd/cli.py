@@ -46,12 +46,14 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
 async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
     from inferd.server import create_server  # deferred: make-examples needs no server
 
-    server = await create_server(settings, log_control=log_control)
-    await server.start()
+    # Handlers first: a SIGTERM while models load (or just after "server started") must stop the
+    # server cleanly once it is up, not kill the process.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    server = await create_server(settings, log_control=log_control)
+    await server.start()
     try:
         await stop.wait()
     finally:
