@@ -32,6 +32,11 @@ _.LogSettings
 # observability/metrics.py: prometheus_client's Collector interface; the registry calls collect()
 # at each scrape.
 _.collect
+# observability/metrics.py: the /metrics HTTP server's hooks, read by the standard library's
+# socketserver and http.server: the server class's address_family (IPv6 hosts) and the request
+# handler's log_message (overridden so that scrapes are not logged).
+_.address_family
+_.log_message
 
 # Protobuf message fields, set by assignment and read by the serializer: StatisticDuration.ns and
 # LogSettingsResponse.SettingValue's oneof (transport/codec.py), FileDescriptorProto.package

@@ -181,6 +181,18 @@ async def create_server(
         default_max_batch_size=settings.default_max_batch_size,
         onnxruntime_options=_ort_defaults(settings),
     )
+    # Before the first load: a failed one is counted, and each loaded version's failure series
+    # are there from its load.
+    metrics = (
+        None
+        if settings.metrics_port < 0
+        else InferenceMetrics(
+            lambda: _model_counters(registry),
+            loaded=lambda: [(m.name, str(m.version)) for m in registry.published()],
+        )
+    )
+    if metrics is not None:
+        registry.add_load_failure_listener(metrics.load_failed)
     # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
     try:
         mode = ControlMode(settings.model_control_mode)
@@ -202,9 +214,6 @@ async def create_server(
         options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
     )
     state = ServerState()
-    metrics = (
-        None if settings.metrics_port < 0 else InferenceMetrics(lambda: _model_counters(registry))
-    )
     telemetry = Telemetry(
         log_control or LogControl(settings.log_level, settings.log_verbose, settings.log_format),
         metrics,

@@ -14,13 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import structlog
 
 from inferd.errors import InvalidArgument, ModelLoadError
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
+from inferd.repository.layout import model_file_label, without_model_dir
 
 if TYPE_CHECKING:  # at run time, imported where needed: inferd.batching imports executors.base
     from inferd.batching import HostBufferPool
     from inferd.executors.iobinding import IoBindingRunner
+
+log = structlog.get_logger(__name__)
 
 _BF16_ONNX_TYPE = 16  # onnx.TensorProto.BFLOAT16
 
@@ -109,9 +113,21 @@ def onnxruntime_providers(
     return providers
 
 
+def load_failure(model: str, model_path: Path, reason: str) -> ModelLoadError:
+    """ONNX Runtime's refusal of ``model_path`` as the load's error. With ``model``, the model's
+    name, the message names the model, version and file and no server path (ONNX Runtime's own
+    message has the file's path), for clients; the log keeps the original."""
+    if not model:
+        return ModelLoadError(f"{model_path}: {reason}")
+    log.warning("ONNX Runtime cannot load a model file", path=str(model_path), reason=reason)
+    label = model_file_label(model, model_path)
+    return ModelLoadError(f"{label}: {without_model_dir(reason, model_path)}")
+
+
 class OnnxRuntimeExecutor:
     """Runs an ONNX model with ONNX Runtime: the CPU provider, or CUDA (and TensorRT) for an
-    instance placed on a GPU. See ``inferd.executors.base.Executor``.
+    instance placed on a GPU. See ``inferd.executors.base.Executor``. ``model``, the model's
+    name, makes load failures name the model and version rather than ``model_path``.
 
     ONNX Runtime's Python API takes strings as ``str``, so BYTES inputs must be UTF-8 (anything
     else is INVALID_ARGUMENT rather than silently mangled); BF16 has no numpy dtype, so BF16
@@ -129,6 +145,7 @@ class OnnxRuntimeExecutor:
         accelerator: GpuAccelerator | None = None,
         host_pool: HostBufferPool | None = None,
         device_pool_bytes: int = 256 << 20,
+        model: str = "",
     ) -> None:
         import onnxruntime as ort  # deferred: the GPU build installs a different package
 
@@ -159,7 +176,7 @@ class OnnxRuntimeExecutor:
                 provider_options=[provider_options for _, provider_options in providers],
             )
         except Exception as e:
-            raise ModelLoadError(f"{model_path}: ONNX Runtime cannot load it: {e}") from e
+            raise load_failure(model, model_path, f"ONNX Runtime cannot load it: {e}") from e
         self._ort = ort
         self._input_names = input_names
         self._output_names = output_names

@@ -17,8 +17,8 @@ import numpy as np
 import structlog
 
 from inferd.batching.onnxruntime import OnnxRuntimeSession, load_onnxruntime
-from inferd.errors import ModelLoadError, error_for_code
-from inferd.executors.onnxruntime import OnnxRuntimeOptions
+from inferd.errors import error_for_code
+from inferd.executors.onnxruntime import OnnxRuntimeOptions, load_failure
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +64,8 @@ class NativeOnnxRuntimeExecutor:
     scheduler then never calls ``execute``, which is here for warm-up).
 
     ONNX Runtime's C API takes any bytes as a string element; requests whose BYTES are not UTF-8
-    (which ONNX strings must be) are refused earlier, by the core's request checks.
+    (which ONNX strings must be) are refused earlier, by the core's request checks. ``model``,
+    the model's name, makes load failures name the model and version rather than ``model_path``.
     """
 
     def __init__(
@@ -74,10 +75,12 @@ class NativeOnnxRuntimeExecutor:
         output_names: list[str],
         options: OnnxRuntimeOptions,
         output_datatypes: list[int],
+        *,
+        model: str = "",
     ) -> None:
         runtime = native_onnxruntime()
-        if runtime.version is None:
-            raise ModelLoadError(f"{model_path}: no native ONNX Runtime: {runtime.reason}")
+        if runtime.version is None:  # the reason (logged) may name the library's path
+            raise load_failure(model, model_path, "no native ONNX Runtime (see the server log)")
         try:
             self.core_session = OnnxRuntimeSession(
                 str(model_path),
@@ -87,8 +90,9 @@ class NativeOnnxRuntimeExecutor:
                 options.intra_op_thread_count,
                 options.inter_op_thread_count,
             )
-        except (RuntimeError, ValueError) as e:  # the message names the model and the reason
-            raise ModelLoadError(str(e)) from None
+        except (RuntimeError, ValueError) as e:  # "<model_path>: <the reason>"
+            reason = str(e).removeprefix(f"{model_path}: ")
+            raise load_failure(model, model_path, reason) from None
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         try:

@@ -8,6 +8,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from inferd.errors import ModelLoadError
 from inferd.executors.base import Executor
 from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions
@@ -24,6 +26,9 @@ from inferd.executors.tensorrt import (
 )
 from inferd.repository.config import EXECUTOR, TENSORRT_PLATFORM
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
+from inferd.repository.layout import model_file_label
+
+log = structlog.get_logger(__name__)
 
 DEVICE_POOL_BYTES = 256 << 20  # per GPU instance: its device buffers for inputs and outputs
 
@@ -55,7 +60,12 @@ def create_executors(
                 if not placement.on_gpu and native_onnxruntime().version is not None:
                     executors.append(
                         NativeOnnxRuntimeExecutor(
-                            model_file, inputs, outputs, ort_options, output_datatypes
+                            model_file,
+                            inputs,
+                            outputs,
+                            ort_options,
+                            output_datatypes,
+                            model=config.name,
                         )
                     )
                     continue
@@ -68,6 +78,7 @@ def create_executors(
                         placement=placement,
                         accelerator=accelerator,
                         host_pool=host_pool,
+                        model=config.name,
                     )
                 )
             return executors
@@ -110,6 +121,17 @@ def _import_tensorrt(model: str) -> Any:
         ) from None
 
 
+def _read(model: str, model_file: Path) -> bytes:
+    try:
+        return model_file.read_bytes()
+    except OSError as e:
+        log.warning("cannot read a model file", path=str(model_file), error=str(e))
+        raise ModelLoadError(
+            f"{model_file_label(model, model_file)} cannot be read "
+            f"({e.strerror or type(e).__name__})"
+        ) from e
+
+
 def _engine_bytes(
     trt: Any,
     config: Any,
@@ -118,8 +140,10 @@ def _engine_bytes(
     cache_dir: Path,
     placements: list[InstancePlacement],
 ) -> bytes:
+    """The engine: the repository's (tensorrt_plan), or one built from the ONNX model, kept in
+    the server's engine cache (whose path messages to clients leave to the log)."""
     if config.platform == TENSORRT_PLATFORM:
-        return model_file.read_bytes()
+        return _read(config.name, model_file)
     parameters = accelerator.parameters if accelerator is not None else {}
     fp16 = parameters.get("precision_mode") == "FP16"
     workspace = (
@@ -130,7 +154,7 @@ def _engine_bytes(
     profile = optimization_profile(
         int(config.max_batch_size), list(config.dynamic_batching.preferred_batch_size)
     )
-    onnx_bytes = model_file.read_bytes()
+    onnx_bytes = _read(config.name, model_file)
     path = engine_cache_path(
         cache_dir,
         _gpu_name(placements[0].device_id),
@@ -140,18 +164,25 @@ def _engine_bytes(
         profile,
     )
     inputs = [(t.name, tuple(int(d) for d in t.dims)) for t in config.input]
-    return cached_engine(
-        path,
-        lambda: build_engine(
-            trt,
-            onnx_bytes,
-            inputs,
-            profile,
-            batched=config.max_batch_size > 0,
-            fp16=fp16,
-            workspace_bytes=workspace,
-        ),
-    )
+    try:
+        return cached_engine(
+            path,
+            lambda: build_engine(
+                trt,
+                onnx_bytes,
+                inputs,
+                profile,
+                batched=config.max_batch_size > 0,
+                fp16=fp16,
+                workspace_bytes=workspace,
+            ),
+        )
+    except OSError as e:
+        log.warning("TensorRT engine cache unusable", path=str(path), error=str(e))
+        raise ModelLoadError(
+            f"model {config.name!r}: the TensorRT engine cache cannot be used "
+            f"({e.strerror or type(e).__name__}; the server log names the file)"
+        ) from e
 
 
 def _gpu_name(device: int) -> str:

@@ -38,6 +38,7 @@ from inferd.repository import (
     model_filename,
     stated_config,
 )
+from inferd.repository.layout import without_model_dir
 
 log = structlog.get_logger(__name__)
 
@@ -158,10 +159,20 @@ class ModelRegistry:
         # What other threads (the metrics endpoint) may read: replaced whole, never mutated.
         self._published: tuple[LoadedModel, ...] = ()
         self._listeners: list[Callable[[], None]] = []
+        self._load_failure_listeners: list[Callable[[str], None]] = []
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """``listener`` is called (on the loop's thread) after every change of what serves."""
         self._listeners.append(listener)
+
+    def add_load_failure_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener`` is called with the model's name each time a load of it fails (its
+        config, or any version it selects); on ``load_all``'s worker thread or the loop's."""
+        self._load_failure_listeners.append(listener)
+
+    def _load_failed(self, name: str) -> None:
+        for listener in self._load_failure_listeners:
+            listener(name)
 
     def _changed(self) -> None:
         self._published = tuple(self.loaded())
@@ -181,6 +192,7 @@ class ModelRegistry:
                 self._install(name, self._build(name, None))
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
+                self._load_failed(name)
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
         self._changed()
 
@@ -198,6 +210,7 @@ class ModelRegistry:
             except InferdError as e:
                 # The caller is told; the log keeps the reason. Not an error of the server's.
                 log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
+                self._load_failed(name)
                 if not serving:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)
@@ -259,7 +272,7 @@ class ModelRegistry:
             raise ModelLoadError(f"model {name!r} has no numeric version folder")
         config_path = self._repository.config_path(name)
         # The newest version's model completes the config (Triton does the same).
-        stated = stated_config(config_path, override)
+        stated = stated_config(config_path, override, name=name)
         newest_file = self._repository.model_file(name, available[-1], model_filename(stated))
         config = load_model_config(
             name,
@@ -281,8 +294,13 @@ class ModelRegistry:
                     raise
                 except Exception as e:  # a model file or library surprise: a failed load
                     log.exception("unexpected error while loading", model=name, version=version)
+                    # The client's message names files relative to the model's folder (no checks
+                    # here: the file may be what went wrong).
+                    model_dir = self._repository.model_dir(name)
+                    version_file = model_dir / str(version) / model_filename(config)
+                    reason = without_model_dir(str(e), version_file)
                     raise ModelLoadError(
-                        f"model {name!r} version {version}: {type(e).__name__}: {e}"
+                        f"model {name!r} version {version}: {type(e).__name__}: {reason}"
                     ) from e
         except BaseException:
             for model in built.values():

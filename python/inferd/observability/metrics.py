@@ -3,24 +3,34 @@
 Counts and cumulative durations are read from the core's counters at scrape time, the same ones
 ``ModelStatistics`` answers with, so the two never disagree; so are the latency, queue-time and
 batch-size histograms, which the core keeps. Only failures are counted here, by reason, as they
-happen (a request the core refuses never reaches its counters). GPU figures come from NVML when
+happen (a request the core refuses never reaches its counters), and so are failed model loads.
+Host CPU and memory come from ``/proc`` at scrape time; GPU figures from NVML when
 ``nvidia-ml-py`` and a GPU are there.
+
+The endpoint answers ``/metrics`` only (any other path is 404) and writes no ``*_created``
+series, whatever collector the registry holds.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
-from wsgiref.simple_server import WSGIServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from inferd.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +44,9 @@ FAILURE_REASONS: dict[ErrorCode, str] = {
     ErrorCode.CANCELLED: "CANCELED",
     ErrorCode.INTERNAL: "BACKEND",
 }
+# Every reason Triton reports, each a series from a version's load on (0 until it happens).
+REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True)
@@ -162,9 +175,12 @@ def _cumulative_buckets(
 class FailureCounts(Collector):
     """``nv_inference_request_failure`` by model, version and reason, under Triton's name (see
     CoreStatisticsCollector on why it is untyped). Counted on the event loop's thread; the copy
-    taken at scrape time is one C-level dict copy, safe under the GIL."""
+    taken at scrape time is one C-level dict copy, safe under the GIL. Every loaded version
+    (``loaded``: its (model, version) pairs, read at scrape time) has all four reasons, at 0
+    until one happens, as in Triton: a rate or an alert on them has a series from the start."""
 
-    def __init__(self) -> None:
+    def __init__(self, loaded: Callable[[], Iterable[tuple[str, str]]] = tuple) -> None:
+        self._loaded = loaded
         self._counts: dict[tuple[str, str, str], int] = {}
         self._sources: list[Callable[[], Iterable[tuple[str, str, ErrorCode, int]]]] = []
 
@@ -182,7 +198,11 @@ class FailureCounts(Collector):
         metric = Metric(
             name, "Number of failed inference requests, all batch sizes (cumulative)", "unknown"
         )
-        counts = dict(self._counts)
+        counts = {
+            (model, version, reason): 0 for model, version in self._loaded() for reason in REASONS
+        }
+        for key, count in dict(self._counts).items():
+            counts[key] = counts.get(key, 0) + count
         for source in self._sources:
             for model, version, code, count in source():
                 key = (model, version, FAILURE_REASONS.get(code, "OTHER"))
@@ -190,6 +210,73 @@ class FailureCounts(Collector):
         for (model, version, reason), value in counts.items():
             metric.add_sample(name, {"model": model, "version": version, "reason": reason}, value)
         yield metric
+
+
+class HostCollector(Collector):
+    """Triton's host figures, from ``/proc`` at scrape time: ``nv_cpu_utilization``, the share
+    of all cores' time that was busy since the previous scrape (since the server started, at the
+    first), from ``/proc/stat`` as Triton reads it (busy: user, nice, system, irq, softirq,
+    steal; idle: idle, iowait); ``nv_cpu_memory_total_bytes`` and ``nv_cpu_memory_used_bytes``
+    (MemTotal - MemAvailable, as Triton), from ``/proc/meminfo``. A figure that cannot be read
+    (no ``/proc``: not Linux) is left out."""
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self._stat = proc / "stat"
+        self._meminfo = proc / "meminfo"
+        self._lock = threading.Lock()  # scrapes may run on several threads at once
+        self._previous = self._cpu_times()
+
+    def _cpu_times(self) -> tuple[int, int] | None:
+        """(busy, idle) jiffies of all cores together, or None when unreadable."""
+        try:
+            with self._stat.open(encoding="ascii") as stat:
+                fields = stat.readline().split()
+            if fields[:1] != ["cpu"]:
+                return None
+            user, nice, system, idle, iowait, irq, softirq, steal = (
+                int(f) for f in (fields[1:9] + ["0"] * 8)[:8]
+            )
+        except (OSError, ValueError):
+            return None
+        return user + nice + system + irq + softirq + steal, idle + iowait
+
+    def _memory(self) -> tuple[int, int] | None:
+        """(total, used) bytes, or None when unreadable."""
+        values: dict[str, int] = {}
+        try:
+            for line in self._meminfo.read_text(encoding="ascii").splitlines():
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    values[key] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None
+        if len(values) < 2:
+            return None
+        total = values["MemTotal"]
+        return total, max(total - values["MemAvailable"], 0)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now, previous = self._cpu_times(), self._previous
+            if now is not None:
+                self._previous = now
+        if now is not None:
+            busy, idle = now
+            if previous is not None:
+                busy, idle = max(busy - previous[0], 0), max(idle - previous[1], 0)
+            utilisation = GaugeMetricFamily(
+                "nv_cpu_utilization",
+                "Host CPU utilization, all cores, since the previous scrape (0..1)",
+            )
+            utilisation.add_metric([], busy / (busy + idle) if busy + idle else 0.0)
+            yield utilisation
+        memory = self._memory()
+        if memory is not None:
+            total, used = memory
+            yield GaugeMetricFamily("nv_cpu_memory_total_bytes", "Host total memory", total)
+            yield GaugeMetricFamily(
+                "nv_cpu_memory_used_bytes", "Host used memory (total - available)", used
+            )
 
 
 class GpuCollector(Collector):
@@ -230,25 +317,101 @@ class GpuCollector(Collector):
         yield from (utilisation, used, total)
 
 
-class InferenceMetrics:
-    """The server's metrics registry (its own, not prometheus_client's global one)."""
+class WithoutCreated:
+    """A registry's metrics less their ``*_created`` samples, which prometheus_client adds to
+    its counters, histograms and summaries and which Triton does not write. Filtered here, at
+    exposition, rather than with ``prometheus_client.disable_created_metrics()``, which would
+    change every registry of the process (the library's switch is a module global)."""
 
-    def __init__(self, snapshot: Callable[[], list[ModelCounters]], *, gpu: bool = True) -> None:
+    _CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
+
+    def __init__(self, registry: Any) -> None:  # a CollectorRegistry or a restricted view
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            if metric.type in self._CREATED_TYPES:
+                created = metric.name + "_created"
+                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                kept.samples = [s for s in metric.samples if s.name != created]
+                metric = kept
+            yield metric
+
+    def restricted_registry(self, names: Iterable[str]) -> WithoutCreated:
+        """The same, for ``/metrics?name[]=...`` (prometheus_client's exposition calls it)."""
+        return WithoutCreated(self._registry.restricted_registry(names))
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+def metrics_app(registry: CollectorRegistry) -> WSGIApplication:
+    """prometheus_client's WSGI app for ``registry`` (content negotiation, gzip, ``name[]``)
+    without ``*_created``, on ``/metrics`` only: it answers any path itself."""
+    exposition: WSGIApplication = make_wsgi_app(WithoutCreated(registry))
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != METRICS_PATH:
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"not found: metrics are at {METRICS_PATH}\n".encode()]
+        return exposition(environ, start_response)
+
+    return app
+
+
+class InferenceMetrics:
+    """The server's metrics registry (its own, not prometheus_client's global one).
+    ``loaded``: the loaded versions as (model, version), cheaper than ``snapshot`` (default:
+    read from it)."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], list[ModelCounters]],
+        *,
+        gpu: bool = True,
+        loaded: Callable[[], Iterable[tuple[str, str]]] | None = None,
+        proc: Path = Path("/proc"),
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(CoreStatisticsCollector(snapshot))
+        self.registry.register(HostCollector(proc))
         gpu_collector = GpuCollector.create() if gpu else None
         if gpu_collector is not None:
             self.registry.register(gpu_collector)
-        self.failures = FailureCounts()
+        self.failures = FailureCounts(loaded or (lambda: [(c.name, c.version) for c in snapshot()]))
         self.registry.register(self.failures)
+        self._load_failures = Counter(
+            "inferd_model_load_failures",
+            "Failed loads of a model (any of its versions), at startup or through load calls",
+            ["model"],
+            registry=self.registry,
+        )
         self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     def failed(self, model: str, version: str, code: ErrorCode) -> None:
         self.failures.count(model, version, FAILURE_REASONS.get(code, "OTHER"))
 
+    def load_failed(self, model: str) -> None:
+        """A load of ``model`` failed (``ModelRegistry`` calls it, from any thread)."""
+        self._load_failures.labels(model=model).inc()
+
     def serve(self, host: str, port: int) -> int:
         """Starts ``/metrics`` on a thread of its own; returns the bound port."""
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+
+        # The address family the host resolves to (IPv6 too), as start_http_server chooses it.
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, address = info[0][0], str(info[0][4][0])
+
+        class Server(ThreadingWSGIServer):
+            address_family = family
+
+        server = make_server(
+            address, port, metrics_app(self.registry), Server, handler_class=_QuietHandler
+        )
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         self._http = (server, thread)
         return int(server.server_port)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 from google.protobuf import json_format, text_format
 
 import inferd._proto.model_config_pb2 as model_config_pb2
@@ -20,6 +21,9 @@ from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE, BY_ONNX_TYPE, Datatype
 from inferd.errors import ModelLoadError
 from inferd.repository.instances import gpu_accelerator, resolve_instance_kinds
+from inferd.repository.layout import CONFIG_FILE, model_file_label, without_model_dir
+
+log = structlog.get_logger(__name__)
 
 ModelConfig = model_config_pb2.ModelConfig
 
@@ -31,6 +35,10 @@ ONNX_FILE = "model.onnx"
 PLAN_FILE = "model.plan"
 # Config parameter: "tensorrt" builds an ONNX model into a TensorRT engine for KIND_GPU instances.
 EXECUTOR = "inferd.executor"
+RUNNABLE = (
+    f"inferd runs ONNX models (platform {ONNX_PLATFORM!r}, backend {ONNX_BACKEND!r}) and "
+    f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r})"
+)
 
 
 @dataclass(frozen=True)
@@ -44,15 +52,19 @@ class ModelTensor:
     has_default: bool = False
 
 
-def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor]]:
+def read_onnx_signature(path: Path, where: str = "") -> tuple[list[ModelTensor], list[ModelTensor]]:
     """The graph's inputs and outputs, without loading weights. Inputs that are also
-    initializers (overridable weights, IR version 4 and later) are marked ``has_default``."""
+    initializers (overridable weights, IR version 4 and later) are marked ``has_default``.
+    ``where`` names the file in messages (default: its path)."""
     import onnx  # deferred: only loading a model needs it
 
+    where = where or str(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:
-        raise ModelLoadError(f"{path}: not a readable ONNX model: {e}") from e
+        raise ModelLoadError(
+            f"{where}: not a readable ONNX model: {without_model_dir(str(e), path)}"
+        ) from e
     initializers = {init.name for init in model.graph.initializer}
 
     def tensor(value_info: Any, has_default: bool = False) -> ModelTensor:
@@ -60,7 +72,7 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
         datatype = BY_ONNX_TYPE.get(tensor_type.elem_type)
         if datatype is None:
             raise ModelLoadError(
-                f"{path}: tensor {value_info.name!r} has ONNX element type "
+                f"{where}: tensor {value_info.name!r} has ONNX element type "
                 f"{tensor_type.elem_type}, which the protocol cannot carry"
             )
         dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
@@ -96,15 +108,44 @@ def parse_config_json(text: str, source: str) -> Any:
     return config
 
 
-def stated_config(config_path: Path | None, override: Any | None = None) -> Any:
+def stated_config(config_path: Path | None, override: Any | None = None, *, name: str = "") -> Any:
     """The config as written (``override``, a load request's, replaces config.pbtxt), before
-    completion; an empty one without either."""
+    completion; an empty one without either. A backend or platform inferd cannot run is refused
+    here, before anything looks for the model's file. ``name``: the model's, for messages
+    (default: the name of config.pbtxt's folder, else the config's own)."""
+    if not name and config_path is not None:
+        name = config_path.parent.name
     config = ModelConfig()
     if override is not None:
         config.CopyFrom(override)
     elif config_path is not None:
-        config = parse_config_text(config_path.read_text(), str(config_path))
+        where = f"model {name!r} {CONFIG_FILE}"
+        try:
+            text = config_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ModelLoadError(f"{where} is not UTF-8 text: {e.reason} at byte {e.start}") from e
+        except OSError as e:
+            log.warning("cannot read a model's config", path=str(config_path), error=str(e))
+            raise ModelLoadError(
+                f"{where} cannot be read ({e.strerror or type(e).__name__})"
+            ) from e
+        config = parse_config_text(text, where)
+    _check_runnable(config, name or config.name)
     return config
+
+
+def _check_runnable(config: Any, name: str) -> None:
+    """Refuses a platform or backend that inferd has no executor for (Triton's python, pytorch,
+    tensorflow, ensemble ...), saying which ones it runs."""
+    where = f"model {name!r}" if name else "the model"
+    if config.platform and config.platform not in (ONNX_PLATFORM, TENSORRT_PLATFORM):
+        raise ModelLoadError(
+            f"{where}: platform {config.platform!r} is not one inferd can run; {RUNNABLE}"
+        )
+    if config.backend and config.backend not in (ONNX_BACKEND, TENSORRT_BACKEND):
+        raise ModelLoadError(
+            f"{where}: backend {config.backend!r} is not one inferd can run; {RUNNABLE}"
+        )
 
 
 def model_filename(config: Any) -> str:
@@ -129,7 +170,7 @@ def load_model_config(
     the CUDA devices this process sees, decides where KIND_AUTO instances go. A TensorRT engine
     (platform tensorrt_plan) is not read here: its config must state its inputs and outputs,
     and the engine is checked against them when it is loaded on a GPU."""
-    config = stated_config(config_path, override)
+    config = stated_config(config_path, override, name=name)
     if config.name and config.name != name:
         raise ModelLoadError(
             f"model {name!r}: config.pbtxt names the model {config.name!r}; "
@@ -142,7 +183,7 @@ def load_model_config(
         _check_stated_io(config)
         _complete(config, [], [], default_max_batch_size)
     else:
-        inputs, outputs = read_onnx_signature(model_path)
+        inputs, outputs = read_onnx_signature(model_path, model_file_label(name, model_path))
         _complete(config, inputs, outputs, default_max_batch_size)
         _check_against_model(config, inputs, outputs)
     resolve_instance_kinds(config, gpu_count)
@@ -238,19 +279,11 @@ def _check_supported(config: Any) -> None:
 
 
 def _check_platform(config: Any) -> None:
+    """Completes platform and backend (either names the other); ``stated_config`` has refused
+    what inferd cannot run."""
     if config.platform == TENSORRT_PLATFORM or config.backend == TENSORRT_BACKEND:
         config.platform, config.backend = TENSORRT_PLATFORM, TENSORRT_BACKEND
         return
-    if config.platform and config.platform != ONNX_PLATFORM:
-        raise ModelLoadError(
-            f"model {config.name!r}: platform {config.platform!r} is not supported yet "
-            f"(supported: {ONNX_PLATFORM!r})"
-        )
-    if config.backend and config.backend != ONNX_BACKEND:
-        raise ModelLoadError(
-            f"model {config.name!r}: backend {config.backend!r} is not supported yet "
-            f"(supported: {ONNX_BACKEND!r})"
-        )
     config.platform = ONNX_PLATFORM
     config.backend = ONNX_BACKEND
 

@@ -16,6 +16,9 @@ log = structlog.get_logger(__name__)
 
 _Group = model_config_pb2.ModelInstanceGroup
 
+# Config parameter: "cpu" lets KIND_GPU groups run on the CPU where the server has no GPU.
+GPU_FALLBACK = "inferd.gpu_fallback"
+
 
 @dataclass(frozen=True)
 class InstancePlacement:
@@ -75,7 +78,10 @@ def instance_placements(
             )
         if gpu_count == 0:
             raise ModelLoadError(
-                f"{where}: KIND_GPU needs a CUDA device, this server has none ({cuda_description})"
+                f"{where}: KIND_GPU needs a CUDA device, this server has none "
+                f"({cuda_description}); to run KIND_GPU groups on the CPU where there is no GPU, "
+                "give the config "
+                f'parameters {{ key: "{GPU_FALLBACK}" value {{ string_value: "cpu" }} }}'
             )
         gpus = list(group.gpus) or list(range(gpu_count))
         for gpu in gpus:
@@ -87,10 +93,6 @@ def instance_placements(
             raise ModelLoadError(f"{where}: gpus {gpus} lists a device twice")
         placements += [InstancePlacement(label, gpu) for gpu in gpus for _ in range(count)]
     return placements
-
-
-# Config parameter: "cpu" lets KIND_GPU groups run on the CPU where the server has no GPU.
-GPU_FALLBACK = "inferd.gpu_fallback"
 
 
 def resolve_instance_kinds(config: Any, gpu_count: int) -> None:
