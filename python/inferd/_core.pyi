@@ -1,4 +1,5 @@
-# Type stub for the C++ extension built from cpp/bindings (see module.cpp). Keep in step with it.
+# Type stub for the C++ extension built from cpp/bindings (see module.cpp). Keep in step with it:
+# tests/unit/test_core_stub.py checks its names, kinds and parameters against the built module.
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -14,6 +15,8 @@ class StatusCode:
     DEADLINE_EXCEEDED: ClassVar[StatusCode]
     CANCELLED: ClassVar[StatusCode]
     INTERNAL: ClassVar[StatusCode]
+    UNIMPLEMENTED: ClassVar[StatusCode]
+    def __init__(self, value: int) -> None: ...
     def __int__(self) -> int: ...
 
 class QueuePolicy:
@@ -89,6 +92,8 @@ def steady_clock_ns() -> int: ...
 class CompletionQueue:
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
+    # (token, status code, message, outputs, timing); outputs: [(datatype, shape, array)], or the
+    # serialized response of a request submitted with submit_request.
     def drain(
         self,
     ) -> list[
@@ -96,7 +101,7 @@ class CompletionQueue:
             int,
             int,
             str,
-            list[tuple[int, tuple[int, ...], np.ndarray]],
+            list[tuple[int, tuple[int, ...], np.ndarray]] | bytes,
             tuple[int, int, int, int, int, int, int, int, int],
         ]
     ]: ...
