@@ -124,6 +124,21 @@ void register_onnxruntime(py::module_& m) {
       "Load ONNX Runtime's shared library (once per process) for OnnxRuntimeSession; returns its version. "
       "Raises RuntimeError (ValueError for a second, different path) with the reason.");
 
+  m.def(
+      "set_onnxruntime_logging",
+      [](int minimum_severity, bool json) {
+        if (minimum_severity < 0 || minimum_severity > 4) {
+          throw std::invalid_argument("ONNX Runtime log severity " + std::to_string(minimum_severity) +
+                                      " is not 0 (verbose) to 4 (fatal)");
+        }
+        OnnxRuntimeLibrary::SetLogging(minimum_severity, json);
+      },
+      py::arg("minimum_severity"), py::arg("json"),
+      "How ONNX Runtime's own log records are written (before or after load_onnxruntime): those less "
+      "severe than minimum_severity (0 verbose, 1 info, 2 warning (the default), 3 error, 4 fatal) are "
+      "dropped, the others written to stderr, one line each: a JSON object like inferd's structlog records "
+      "(logger 'onnxruntime') when json, else a readable line. Never calls Python.");
+
   py::class_<OnnxRuntimeExecutor, std::shared_ptr<OnnxRuntimeExecutor>>(m, "OnnxRuntimeSession")
       .def(py::init(&make_session), py::arg("model_path"), py::arg("input_names"), py::arg("output_names"),
            py::arg("output_datatypes"), py::arg("intra_op_threads"), py::arg("inter_op_threads"),

@@ -3,10 +3,17 @@
 Every record made while a request's span is current carries its ``trace_id`` and ``span_id``.
 The level and the per-request lines (``verbose``) can change at run time through ``LogControl``
 (the ``LogSettings`` RPC), which is why filtering is a processor and not a bound-logger class.
+
+Every line the process writes to stderr has one shape: records of the standard library's
+``logging`` (the OpenTelemetry exporter's) are rendered by the same processors
+(``ProcessorFormatter``), and ONNX Runtime's own records, from the core's native executor, are
+written by the core in the same shape (logger ``onnxruntime``), all at the level ``LogControl``
+sets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Mapping, Sequence
@@ -34,6 +41,7 @@ class LogControl:
     level: str = "info"
     verbose: int = 0
     log_format: str = "auto"
+    json: bool = True  # whether lines are JSON (else console lines): configure_logging decides
 
     def __post_init__(self) -> None:
         self.set_level(self.level)
@@ -44,9 +52,41 @@ class LogControl:
             raise ValueError(f"unknown log level {level!r} (one of {', '.join(LEVELS)})")
         self.level = level
         self._minimum = logging.getLevelNamesMapping()[level.upper()]
+        if _ACTIVE.get("control") is self:
+            _apply_to_other_loggers(self)
 
     def admits(self, method: str) -> bool:
         return logging.getLevelNamesMapping().get(method.upper(), logging.INFO) >= self._minimum
+
+
+# The control configure_logging made last: its level also applies to stdlib logging and to ONNX
+# Runtime's records (a LogControl made elsewhere, as in tests, changes nothing global).
+_ACTIVE: dict[str, LogControl] = {}
+
+# ONNX Runtime's severities (OrtLoggingLevel) kept at each level: its info records are debug ones.
+_ONNXRUNTIME_SEVERITY = {"debug": 1, "info": 2, "warning": 2, "error": 3, "critical": 4}
+
+
+def _apply_to_other_loggers(control: LogControl) -> None:
+    logging.getLogger().setLevel(logging.getLevelNamesMapping()[control.level.upper()])
+    from inferd import _core
+
+    _core.set_onnxruntime_logging(_ONNXRUNTIME_SEVERITY[control.level], control.json)
+
+
+class _StructlogHandler(logging.Handler):
+    """Writes stdlib records, rendered by a ``ProcessorFormatter``, to stderr through structlog's
+    ``PrintLogger``, whose lock keeps them from cutting into structlog's own lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._printer = structlog.PrintLogger(file=sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._printer.msg(self.format(record))
+        except Exception:  # as logging's handlers do: a record that cannot be written is lost
+            self.handleError(record)
 
 
 def _drop_below(control: LogControl) -> structlog.typing.Processor:
@@ -56,6 +96,28 @@ def _drop_below(control: LogControl) -> structlog.typing.Processor:
         return event
 
     return processor
+
+
+_LOGGED = "_inferd_logged"
+
+
+def mark_logged(error: BaseException) -> None:
+    """``error`` has had its record: whoever sees it next (the transport's guard) logs no other."""
+    # An exception type without attributes of its own is logged twice.
+    with contextlib.suppress(AttributeError):
+        setattr(error, _LOGGED, True)
+
+
+def already_logged(error: BaseException) -> bool:
+    return bool(getattr(error, _LOGGED, False))
+
+
+def caller_trace_id(metadata: Sequence[tuple[str, Any]] | None) -> str | None:
+    """The trace id of the caller's ``traceparent`` (gRPC metadata), or None when it sent none."""
+    for key, value in metadata or ():
+        if key == "traceparent" and isinstance(value, str) and value.count("-") == 3:
+            return value.split("-")[1]
+    return None
 
 
 def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
@@ -76,24 +138,54 @@ def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) 
 def configure_logging(
     log_format: str = "auto", level: str = "info", verbose: int = 0
 ) -> LogControl:
+    """Sets up structlog, the standard library's root logger (its records rendered as structlog's,
+    e.g. the OpenTelemetry exporter's) and the core's writer of ONNX Runtime's records: one
+    format and one level for every line on stderr. Returns the control that changes the level."""
     control = LogControl(level, verbose, log_format)
     use_console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
+    control.json = not use_console
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             _drop_below(control),
             structlog.contextvars.merge_contextvars,
             _add_trace_ids,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            timestamper,
             structlog.processors.format_exc_info,
             renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+    # Records of the standard library's logging: the root logger's one handler renders them as
+    # structlog renders its own (the root logger's level is the control's, so that records below
+    # it are not even made).
+    handler = _StructlogHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                _add_trace_ids,
+                structlog.processors.add_log_level,
+                timestamper,
+                structlog.processors.format_exc_info,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        if isinstance(old, _StructlogHandler):  # an earlier configure_logging's
+            root.removeHandler(old)
+    root.addHandler(handler)
+
+    _ACTIVE["control"] = control
+    _apply_to_other_loggers(control)
     return control
 
 

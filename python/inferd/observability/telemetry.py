@@ -29,7 +29,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from inferd.batching import CoreTiming
 from inferd.errors import ErrorCode, InferdError
-from inferd.observability.logging import REQUEST_METADATA, LogControl
+from inferd.observability.logging import (
+    REQUEST_METADATA,
+    LogControl,
+    already_logged,
+    caller_trace_id,
+    mark_logged,
+)
 from inferd.observability.metrics import InferenceMetrics
 from inferd.observability.tracing import (
     TRACE_SAMPLED_ATTRIBUTE,
@@ -140,14 +146,26 @@ class Telemetry:
         return sampler.rule if isinstance(sampler, CoreSampledSampler) else None
 
     def request(
-        self, model_name: str, metadata: Sequence[tuple[str, Any]] | None
+        self, model_name: str, metadata: Sequence[tuple[str, Any]] | None, request_id: str = ""
     ) -> RequestTelemetry:
-        return RequestTelemetry(self, model_name, metadata)
+        return RequestTelemetry(self, model_name, metadata, request_id)
 
-    def failed(self, model: str, version: str, error: BaseException) -> None:
-        """A request that no ``RequestTelemetry`` observes failed on a known model version."""
+    def failed(
+        self,
+        model: str,
+        version: str,
+        error: BaseException,
+        *,
+        request_id: str = "",
+        metadata: Sequence[tuple[str, Any]] | None = None,
+    ) -> None:
+        """A request that no ``RequestTelemetry`` observes failed on a known model version:
+        counted, and logged when the failure is INTERNAL (see ``log_internal_failure``)."""
+        code = _error_code(error)
         if self.metrics is not None:
-            self.metrics.failed(model, version, _error_code(error))
+            self.metrics.failed(model, version, code)
+        if code is ErrorCode.INTERNAL:
+            log_internal_failure(model, version, request_id, metadata, error)
 
     def close(self) -> None:
         """Exports the spans still buffered and stops the exporter and the metrics endpoint."""
@@ -168,15 +186,21 @@ class RequestTelemetry:
         "_start_ns",
         "_token",
         "model",
+        "request_id",
         "timing",
         "version",
     )
 
     def __init__(
-        self, owner: Telemetry, model: str, metadata: Sequence[tuple[str, Any]] | None
+        self,
+        owner: Telemetry,
+        model: str,
+        metadata: Sequence[tuple[str, Any]] | None,
+        request_id: str = "",
     ) -> None:
         self._owner = owner
         self._metadata = metadata
+        self.request_id = request_id
         self._span: trace.Span | None = None
         self._token: object | None = None
         self.model = model
@@ -254,6 +278,10 @@ class RequestTelemetry:
         owner = self._owner
         if owner.metrics is not None and self.version and code is not None:
             owner.metrics.failed(self.model, self.version, code)
+        if code is ErrorCode.INTERNAL:
+            assert error is not None
+            # While the request's span is current: the record carries its trace id.
+            log_internal_failure(self.model, self.version, self.request_id, self._metadata, error)
         if owner.log_control.verbose > 0:
             log.info(
                 "inference",
@@ -270,6 +298,38 @@ class RequestTelemetry:
             otel_context.detach(self._token)  # type: ignore[arg-type]
         else:
             REQUEST_METADATA.reset(self._token)  # type: ignore[arg-type]
+
+
+def log_internal_failure(
+    model: str,
+    version: str,
+    request_id: str,
+    metadata: Sequence[tuple[str, Any]] | None,
+    error: BaseException,
+) -> None:
+    """The one record of a request that failed with INTERNAL (an executor's failure or a bug),
+    at error level, so that the default verbosity shows it: model, version ("" when none was
+    picked yet), the request's id, the caller's trace id (with tracing on, the request span's;
+    else from its ``traceparent``, when it sent one) and the reason. An unexpected exception also
+    carries its traceback. Logs nothing for an error already logged (``mark_logged``)."""
+    if already_logged(error):
+        return
+    mark_logged(error)
+    fields: dict[str, Any] = {
+        "model": model,
+        "version": version,
+        "request_id": request_id,
+        "code": ErrorCode.INTERNAL.name,
+    }
+    span = trace.get_current_span().get_span_context()
+    trace_id = format(span.trace_id, "032x") if span.is_valid else caller_trace_id(metadata)
+    if trace_id is not None:
+        fields["trace_id"] = trace_id
+    if isinstance(error, InferdError):
+        log.error("request failed", reason=str(error), **fields)
+    else:
+        reason = f"{type(error).__name__}: {error}"
+        log.error("request failed", reason=reason, exc_info=error, **fields)
 
 
 def _error_code(error: BaseException) -> ErrorCode:

@@ -19,9 +19,9 @@ from inferd.dataplane import DataPlane
 from inferd.errors import InferdError
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
-from inferd.observability.telemetry import Telemetry
+from inferd.observability.telemetry import Telemetry, log_internal_failure
 from inferd.transport import codec
-from inferd.transport.status import answers_errors
+from inferd.transport.status import answers_errors, grpc_status
 
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
@@ -107,12 +107,35 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         asks for it) and those naming a model version it has no route for."""
         parsed = self._dataplane.parse(request)
         deadline_s = context.time_remaining()
-        if not self._telemetry.observes_each_request:
-            return await self._dataplane.infer(
-                parsed, deadline_s=deadline_s, on_failure=self._telemetry.failed
-            )
-        with self._telemetry.request(parsed.model_name, context.invocation_metadata()) as observed:
-            return await self._dataplane.infer(parsed, deadline_s=deadline_s, observed=observed)
+        telemetry = self._telemetry
+        try:
+            if not telemetry.observes_each_request:
+
+                def failed(model: str, version: str, error: BaseException) -> None:
+                    telemetry.failed(
+                        model,
+                        version,
+                        error,
+                        request_id=parsed.id,
+                        metadata=context.invocation_metadata(),
+                    )
+
+                return await self._dataplane.infer(parsed, deadline_s=deadline_s, on_failure=failed)
+            metadata = context.invocation_metadata()
+            with telemetry.request(parsed.model_name, metadata, parsed.id) as observed:
+                return await self._dataplane.infer(parsed, deadline_s=deadline_s, observed=observed)
+        except Exception as e:
+            # INTERNAL before a version was picked (else the telemetry has logged it already).
+            code, _ = grpc_status(e, log_unexpected=False)
+            if code is grpc.StatusCode.INTERNAL:
+                log_internal_failure(
+                    parsed.model_name,
+                    parsed.model_version,
+                    parsed.id,
+                    context.invocation_metadata(),
+                    e,
+                )
+            raise
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -10,6 +10,7 @@ import grpc
 import structlog
 
 from inferd.errors import ErrorCode, InferdError
+from inferd.observability.logging import already_logged
 
 log = structlog.get_logger(__name__)
 
@@ -28,11 +29,15 @@ GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
 R = TypeVar("R")
 
 
-def grpc_status(error: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status a failed call answers with. Unknown exceptions are bugs: logged, INTERNAL."""
+def grpc_status(
+    error: BaseException, *, log_unexpected: bool = True
+) -> tuple[grpc.StatusCode, str]:
+    """The status a failed call answers with. Unknown exceptions are bugs: INTERNAL, and logged
+    (with ``log_unexpected``) unless their request's record has been written already."""
     if isinstance(error, InferdError):
         return GRPC_CODES[error.code], str(error)
-    log.exception("unexpected error in a request handler", exc_info=error)
+    if log_unexpected and not already_logged(error):
+        log.exception("unexpected error in a request handler", exc_info=error)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
 
 
