@@ -4,16 +4,31 @@ the request to the core, which checks it, runs it and writes its answer. Knows n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from inferd.batching import WireRequest, parse_infer_request
+from inferd.batching import CoreTiming, WireRequest, parse_infer_request
+from inferd.errors import InferdError
 from inferd.models import LoadedModel, ModelRegistry
-from inferd.observability.telemetry import RequestTelemetry
+
+
+class RequestObserver(Protocol):
+    """What the data plane tells whoever observes a request (the telemetry's per-request record
+    satisfies it)."""
+
+    def resolved(self, model: str, version: str) -> None:
+        """The version that will answer was found."""
+
+    def computed(self, timing: CoreTiming) -> None:
+        """The core computed the request, with these timings."""
+
+
+# Told ``(model, version, error)`` when a request fails once its version is known.
+FailureCallback = Callable[[str, str, BaseException], None]
 
 
 class DataPlane:
     def __init__(self, registry: ModelRegistry) -> None:
-        self.registry = registry
+        self._registry = registry
 
     def parse(self, data: bytes) -> WireRequest:
         """A serialized ModelInferRequest, parsed by the core: the model's name and version and
@@ -25,8 +40,8 @@ class DataPlane:
         request: WireRequest,
         *,
         deadline_s: float | None = None,
-        observed: RequestTelemetry | None = None,
-        on_failure: Callable[[str, str, BaseException], None] | None = None,
+        observed: RequestObserver | None = None,
+        on_failure: FailureCallback | None = None,
     ) -> bytes:
         """Runs ``request`` on the version it names (default: the highest ready) and returns the
         serialized ModelInferResponse. The core checks
@@ -34,7 +49,7 @@ class DataPlane:
         seconds the caller will still wait, if it said; ``observed`` is told the version that
         answers and the core's timings; ``on_failure(model, version, error)`` is told of a failure
         once the version is known (when nothing observes the request)."""
-        model = self.registry.get(request.model_name, request.model_version)
+        model = self._registry.get(request.model_name, request.model_version)
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:
@@ -51,12 +66,41 @@ class DataPlane:
     def metadata(self, name: str, version: str) -> tuple[LoadedModel, list[int]]:
         """The version asked for (default: the highest ready) and the versions to report: that
         one when the request names it, else every ready version (as Triton answers)."""
-        model = self.registry.get(name, version)
-        return model, [model.version] if version else self.registry.ready_versions(name)
+        model = self._registry.get(name, version)
+        return model, [model.version] if version else self._registry.ready_versions(name)
 
     def statistics(self, name: str, version: str) -> list[tuple[LoadedModel, dict[str, Any]]]:
         """Each loaded version's statistics: one model (and version) or, with no name, all."""
-        models = [self.registry.get(name, version)] if name else self.registry.loaded()
+        models = [self._registry.get(name, version)] if name else self._registry.loaded()
         if name and not version:
-            models = [self.registry.get(name, str(v)) for v in self.registry.ready_versions(name)]
+            models = [self._registry.get(name, str(v)) for v in self._registry.ready_versions(name)]
         return [(m, m.scheduler.statistics()) for m in models]
+
+    def all_ready(self) -> bool:
+        """Whether every model that should be serving is (strict readiness)."""
+        return self._registry.all_ready()
+
+    def ready(self, name: str, version: str) -> bool:
+        """Whether the version asked for (default: the highest) is ready to answer."""
+        try:
+            self._registry.get(name, version)
+        except InferdError:
+            return False
+        return True
+
+    def model_readiness(self) -> dict[str, bool]:
+        """Every model the server has a state for (loaded, loading, failed or unloaded), with
+        whether it has a ready version."""
+        serving = set(self._registry.ready_models())
+        return {name: name in serving for name in {*serving, *self._registry.known_models()}}
+
+    def ready_versions(self) -> dict[str, list[int]]:
+        """Each model with a ready version, with its ready versions."""
+        return {
+            name: self._registry.ready_versions(name)
+            for name in {m.name for m in self._registry.loaded()}
+        }
+
+    def config(self, name: str, version: str) -> Any:
+        """The completed ModelConfig of the version asked for (default: the highest ready)."""
+        return self._registry.get(name, version).config

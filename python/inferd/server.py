@@ -236,7 +236,7 @@ async def create_server(
     )
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reporter = HealthReporter(health_servicer, registry, state, SERVICE_NAME)
+    reporter = HealthReporter(health_servicer, dataplane, state, SERVICE_NAME)
     registry.add_listener(reporter.changed)
     # Reflection describes services from inferd's private descriptor pool (see inferd._proto),
     # which therefore also gets the health file.

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from inferd.errors import FailedPrecondition, InferdError, InvalidArgument
-from inferd.models.registry import ModelRegistry
+from inferd.models.registry import ModelRegistry, ModelStatus
 from inferd.repository import ModelRepository, parse_config_json
 
 log = structlog.get_logger(__name__)
@@ -101,6 +101,10 @@ class ModelControl:
         if self.mode is not ControlMode.EXPLICIT or "*" in load_model:
             return None
         return load_model
+
+    def index(self) -> list[ModelStatus]:
+        """Every model of the repository with its versions' states."""
+        return self.registry.index()
 
     async def load(self, name: str, parameters: dict[str, Any]) -> None:
         self._allowed("load")

@@ -107,7 +107,7 @@ class CoreGrpcServer:
 
 
 class ServingPublisher:
-    """Rebuilds the core server's snapshot from the registry, the server's state and telemetry,
+    """Rebuilds the core server's snapshot from the data plane, the server's state and telemetry,
     with the servicer's own answers (``DataPlane.metadata``, ``codec``), so that a call answered
     from the snapshot gets exactly what the Python service would have answered. Used on the event
     loop's thread."""
@@ -125,10 +125,9 @@ class ServingPublisher:
         self._telemetry = telemetry
 
     def publish(self) -> None:
-        registry = self._dataplane.registry
         routes: list[tuple[Any, ...]] = []
-        for name in {m.name for m in registry.loaded()}:
-            keys = [""] + [str(v) for v in registry.ready_versions(name)]
+        for name, ready_versions in self._dataplane.ready_versions().items():
+            keys = [""] + [str(v) for v in ready_versions]
             for key in keys:
                 model, versions = self._dataplane.metadata(name, key)
                 routes.append(
@@ -145,7 +144,7 @@ class ServingPublisher:
                 )
         self._server.publish(
             live=self._state.live,
-            ready=self._state.accepting and registry.all_ready(),
+            ready=self._state.accepting and self._dataplane.all_ready(),
             accepting=self._state.accepting,
             # Python sees every inference while it logs each, or traces by a rule the core lacks.
             forward_inference=self._telemetry.log_control.verbose > 0

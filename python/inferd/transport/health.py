@@ -2,9 +2,9 @@
 
 ``""`` and ``inference.GRPCInferenceService`` are SERVING while the server accepts calls and every
 model that must load has loaded (ServerReady's meaning); ``inference.GRPCInferenceService/<model>``
-is SERVING while the model has a ready version. Statuses are recomputed from the registry after
+is SERVING while the model has a ready version. Statuses are recomputed from the data plane after
 each change, one update at a time, so ``Watch`` sees the transitions in order. Health never touches
-the executors: it reads the registry's state only.
+the executors: it reads the models' states only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 
-from inferd.models import ModelRegistry
+from inferd.dataplane import DataPlane
 from inferd.transport.servicer import ServerState
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -67,12 +67,12 @@ class HealthReporter:
     def __init__(
         self,
         servicer: DrainingHealthServicer,
-        registry: ModelRegistry,
+        dataplane: DataPlane,
         state: ServerState,
         service_name: str,
     ) -> None:
         self._servicer = servicer
-        self._registry = registry
+        self._dataplane = dataplane
         self._state = state
         self._service_name = service_name
         self._reported: dict[str, int] = {}
@@ -88,13 +88,10 @@ class HealthReporter:
         self._changed.set()
 
     async def update(self) -> None:
-        ready = self._state.accepting and self._registry.all_ready()
+        ready = self._state.accepting and self._dataplane.all_ready()
         wanted = {"": ready, self._service_name: ready}
-        serving_models = set(self._registry.ready_models())
-        for name in {*serving_models, *self._registry.known_models()}:
-            wanted[f"{self._service_name}/{name}"] = self._state.accepting and (
-                name in serving_models
-            )
+        for name, model_ready in self._dataplane.model_readiness().items():
+            wanted[f"{self._service_name}/{name}"] = self._state.accepting and model_ready
         for service in self._reported.keys() - wanted.keys():
             wanted[service] = False  # a model that left the repository
         for service, serving in wanted.items():

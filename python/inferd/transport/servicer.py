@@ -16,7 +16,6 @@ import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
 from inferd.dataplane import DataPlane
-from inferd.errors import InferdError
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
 from inferd.observability.telemetry import Telemetry, log_internal_failure
@@ -56,15 +55,12 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         return pb.ServerLiveResponse(live=self._state.live)
 
     async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        ready = self._state.accepting and self._dataplane.registry.all_ready()
+        ready = self._state.accepting and self._dataplane.all_ready()
         return pb.ServerReadyResponse(ready=ready)
 
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            self._dataplane.registry.get(request.name, request.version)
-        except InferdError:
-            return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self._state.accepting)
+        ready = self._dataplane.ready(request.name, request.version)
+        return pb.ModelReadyResponse(ready=ready and self._state.accepting)
 
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerMetadataResponse(name="inferd", version=__version__, extensions=EXTENSIONS)
@@ -76,8 +72,8 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        model = self._dataplane.registry.get(request.name, request.version)
-        return pb.ModelConfigResponse(config=model.config)
+        config = self._dataplane.config(request.name, request.version)
+        return pb.ModelConfigResponse(config=config)
 
     @answers_errors
     async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -87,7 +83,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
 
     @answers_errors
     async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return codec.encode_repository_index(self._dataplane.registry.index(), request.ready)
+        return codec.encode_repository_index(self._control.index(), request.ready)
 
     @answers_errors
     async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
