@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 from google.protobuf import json_format, text_format
+from google.protobuf.message import Message
 
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
@@ -88,7 +89,7 @@ def read_onnx_signature(path: Path, where: str = "") -> tuple[list[ModelTensor],
     return inputs, outputs
 
 
-def parse_config_text(text: str, source: str) -> Any:
+def parse_config_text(text: str, source: str) -> ModelConfig:
     """config.pbtxt text -> ModelConfig; ModelLoadError naming the line on a syntax error."""
     config = ModelConfig()
     try:
@@ -98,7 +99,7 @@ def parse_config_text(text: str, source: str) -> Any:
     return config
 
 
-def parse_config_json(text: str, source: str) -> Any:
+def parse_config_json(text: str, source: str) -> ModelConfig:
     """A config given as JSON (Triton's load-request override) -> ModelConfig."""
     config = ModelConfig()
     try:
@@ -108,7 +109,9 @@ def parse_config_json(text: str, source: str) -> Any:
     return config
 
 
-def stated_config(config_path: Path | None, override: Any | None = None, *, name: str = "") -> Any:
+def stated_config(
+    config_path: Path | None, override: ModelConfig | None = None, *, name: str = ""
+) -> ModelConfig:
     """The config as written (``override``, a load request's, replaces config.pbtxt), before
     completion; an empty one without either. A backend or platform inferd cannot run is refused
     here, before anything looks for the model's file. ``name``: the model's, for messages
@@ -134,7 +137,7 @@ def stated_config(config_path: Path | None, override: Any | None = None, *, name
     return config
 
 
-def _check_runnable(config: Any, name: str) -> None:
+def _check_runnable(config: ModelConfig, name: str) -> None:
     """Refuses a platform or backend that inferd has no executor for (Triton's python, pytorch,
     tensorflow, ensemble ...), saying which ones it runs."""
     where = f"model {name!r}" if name else "the model"
@@ -148,11 +151,11 @@ def _check_runnable(config: Any, name: str) -> None:
         )
 
 
-def model_filename(config: Any) -> str:
+def model_filename(config: ModelConfig) -> str:
     """The file a version folder holds for this config: its default_model_filename, else the
     platform's (model.plan for TensorRT engines, model.onnx otherwise)."""
     if config.default_model_filename:
-        return str(config.default_model_filename)
+        return config.default_model_filename
     return PLAN_FILE if config.platform == TENSORRT_PLATFORM else ONNX_FILE
 
 
@@ -162,9 +165,9 @@ def load_model_config(
     model_path: Path,
     *,
     default_max_batch_size: int,
-    override: Any | None = None,
+    override: ModelConfig | None = None,
     gpu_count: int = 0,
-) -> Any:
+) -> ModelConfig:
     """The completed, checked config of model ``name`` whose model file is ``model_path``.
     ``override``, a ModelConfig, replaces config.pbtxt (a load request's config); ``gpu_count``,
     the CUDA devices this process sees, decides where KIND_AUTO instances go. A TensorRT engine
@@ -196,13 +199,17 @@ def load_model_config(
     return config
 
 
-def _check_stated_io(config: Any) -> None:
+def _check_stated_io(config: ModelConfig) -> None:
     if not config.input or not config.output:
         raise ModelLoadError(
             f"model {config.name!r}: a tensorrt_plan config must list its inputs and outputs "
             "(inferd checks the engine against them when it loads it on a GPU)"
         )
-    for tensor in (*config.input, *config.output):
+    tensors: list[model_config_pb2.ModelInput | model_config_pb2.ModelOutput] = [
+        *config.input,
+        *config.output,
+    ]
+    for tensor in tensors:
         if tensor.data_type not in BY_CONFIG_TYPE:
             raise ModelLoadError(
                 f"model {config.name!r} tensor {tensor.name!r}: "
@@ -245,7 +252,7 @@ _SUPPORTED_FIELDS = frozenset(
 )
 
 
-def _unsupported_paths(message: Any, prefix: str = "") -> list[str]:
+def _unsupported_paths(message: Message, prefix: str = "") -> list[str]:
     """Paths of the fields set in ``message`` that inferd does not honour (yet)."""
     found: list[str] = []
     for field, value in message.ListFields():
@@ -269,7 +276,7 @@ def _unsupported_paths(message: Any, prefix: str = "") -> list[str]:
     return found
 
 
-def _check_supported(config: Any) -> None:
+def _check_supported(config: ModelConfig) -> None:
     unsupported = _unsupported_paths(config)
     if unsupported:
         raise ModelLoadError(
@@ -278,7 +285,7 @@ def _check_supported(config: Any) -> None:
         )
 
 
-def _check_platform(config: Any) -> None:
+def _check_platform(config: ModelConfig) -> None:
     """Completes platform and backend (either names the other); ``stated_config`` has refused
     what inferd cannot run."""
     if config.platform == TENSORRT_PLATFORM or config.backend == TENSORRT_BACKEND:
@@ -293,7 +300,7 @@ def _batchable(tensors: list[ModelTensor]) -> bool:
 
 
 def _complete(
-    config: Any,
+    config: ModelConfig,
     inputs: list[ModelTensor],
     outputs: list[ModelTensor],
     default_max_batch_size: int,
@@ -323,7 +330,7 @@ def _complete(
 
 
 def _check_against_model(
-    config: Any, inputs: list[ModelTensor], outputs: list[ModelTensor]
+    config: ModelConfig, inputs: list[ModelTensor], outputs: list[ModelTensor]
 ) -> None:
     batched = config.max_batch_size > 0
     if config.max_batch_size < 0:
@@ -345,7 +352,8 @@ def _check_against_model(
                     f"{where}: config.pbtxt names it, the ONNX model has no such {kind} "
                     f"(it has {sorted(by_name)})"
                 )
-            if complete and tensor.optional and not model_tensor.has_default:
+            optional = isinstance(tensor, model_config_pb2.ModelInput) and tensor.optional
+            if optional and not model_tensor.has_default:
                 raise ModelLoadError(
                     f"{where}: config.pbtxt makes it optional, the ONNX model requires it "
                     "(only an input backed by an initializer can be left out)"
@@ -405,7 +413,7 @@ def _check_reshape(where: str, dims: tuple[int, ...], reshape: tuple[int, ...]) 
         )
 
 
-def batching_policy(config: Any) -> BatchingPolicy:
+def batching_policy(config: ModelConfig) -> BatchingPolicy:
     """The completed config's dynamic_batching section as a BatchingPolicy, checked."""
     name = config.name
     if config.WhichOneof("scheduling_choice") not in (None, "dynamic_batching"):
@@ -441,7 +449,7 @@ def batching_policy(config: Any) -> BatchingPolicy:
                 f"outside 1..{levels} (priority_levels)"
             )
 
-    def queue_policy(policy: Any) -> QueuePolicy:
+    def queue_policy(policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
         return QueuePolicy(
             delay_on_timeout=policy.timeout_action == model_config_pb2.ModelQueuePolicy.DELAY,
             default_timeout_us=int(policy.default_timeout_microseconds),
@@ -472,12 +480,12 @@ PAD_OUTPUTS = "inferd.pad_outputs"  # outputs sliced back to each request's own 
 PADDING_KEYS = (PAD_INPUTS, PAD_VALUE, PAD_OUTPUTS)
 
 
-def _names(config: Any, key: str) -> list[str]:
+def _names(config: ModelConfig, key: str) -> list[str]:
     value = config.parameters[key].string_value if key in config.parameters else ""
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
-def _padding(config: Any) -> Padding:
+def _padding(config: ModelConfig) -> Padding:
     """The padding the config's parameters ask for; the first padded input is the reference
     whose lengths the padded outputs' variable dims follow, in order."""
     name = config.name
@@ -519,8 +527,8 @@ def _padding(config: Any) -> Padding:
             raise ModelLoadError(
                 f"model {name!r}: {PAD_OUTPUTS} names {output_name!r}, not an output"
             )
-        index, tensor = outputs[output_name]
-        variable = [d + 1 for d, size in enumerate(tensor.dims) if size == -1]
+        index, output = outputs[output_name]
+        variable = [d + 1 for d, size in enumerate(output.dims) if size == -1]
         if not variable or len(variable) > len(reference_dims):
             raise ModelLoadError(
                 f"model {name!r}: output {output_name!r} has {len(variable)} variable dims "

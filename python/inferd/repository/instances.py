@@ -5,7 +5,6 @@ devices this process can see."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -56,7 +55,7 @@ _ACCELERATOR_PARAMETERS = {
 
 
 def instance_placements(
-    config: Any, gpu_count: int, cuda_description: str
+    config: model_config_pb2.ModelConfig, gpu_count: int, cuda_description: str
 ) -> list[InstancePlacement]:
     """Every instance the config's groups ask for: ``count`` on the CPU for KIND_CPU, ``count``
     on each listed GPU (default: every visible one) for KIND_GPU. A GPU the process cannot see
@@ -95,7 +94,7 @@ def instance_placements(
     return placements
 
 
-def resolve_instance_kinds(config: Any, gpu_count: int) -> None:
+def resolve_instance_kinds(config: model_config_pb2.ModelConfig, gpu_count: int) -> None:
     """KIND_AUTO means a GPU when there is one, else the CPU (Triton's rule). Without a GPU,
     KIND_GPU groups move to the CPU when the config's ``inferd.gpu_fallback`` parameter says
     "cpu" (their GPU accelerators are dropped); otherwise they stay and the load fails, saying
@@ -119,7 +118,7 @@ def resolve_instance_kinds(config: Any, gpu_count: int) -> None:
         del config.optimization.execution_accelerators.gpu_execution_accelerator[:]
 
 
-def gpu_accelerator(config: Any) -> GpuAccelerator | None:
+def gpu_accelerator(config: model_config_pb2.ModelConfig) -> GpuAccelerator | None:
     """The config's GPU accelerator, checked; None when it names none. CPU accelerators
     (OpenVINO) are not available in inferd and are refused by name."""
     accelerators = config.optimization.execution_accelerators

@@ -4,6 +4,7 @@ the core parses and writes those bytes itself (``inferd.batching.parse_infer_req
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import inferd._proto.grpc_service_pb2 as pb
@@ -12,7 +13,9 @@ from inferd.models import LoadedModel, ModelStatus
 ParameterValue = bool | int | float | str
 
 
-def parameters(fields: Any) -> dict[str, ParameterValue]:
+def parameters(
+    fields: Mapping[str, pb.InferParameter | pb.LogSettingsRequest.SettingValue],
+) -> dict[str, ParameterValue]:
     """A protocol map of one-of values (InferParameter, LogSettings' SettingValue) -> plain
     values; an entry with no value set is skipped."""
     out: dict[str, ParameterValue] = {}
@@ -27,7 +30,7 @@ def _shape(model: LoadedModel, dims: tuple[int, ...]) -> list[int]:
     return ([-1] if model.max_batch_size > 0 else []) + list(dims)
 
 
-def encode_model_metadata(model: LoadedModel, versions: list[int]) -> Any:
+def encode_model_metadata(model: LoadedModel, versions: list[int]) -> pb.ModelMetadataResponse:
     message = pb.ModelMetadataResponse(
         name=model.name, versions=[str(v) for v in versions], platform=model.config.platform
     )
@@ -42,12 +45,14 @@ def encode_model_metadata(model: LoadedModel, versions: list[int]) -> Any:
     return message
 
 
-def _duration(target: Any, source: dict[str, int]) -> None:
+def _duration(target: pb.StatisticDuration, source: dict[str, int]) -> None:
     target.count = source["count"]
     target.ns = source["ns"]
 
 
-def encode_model_statistics(entries: list[tuple[LoadedModel, dict[str, Any]]]) -> Any:
+def encode_model_statistics(
+    entries: list[tuple[LoadedModel, dict[str, Any]]],
+) -> pb.ModelStatisticsResponse:
     message = pb.ModelStatisticsResponse()
     for model, stats in entries:
         out = message.model_stats.add(
@@ -66,7 +71,9 @@ def encode_model_statistics(entries: list[tuple[LoadedModel, dict[str, Any]]]) -
     return message
 
 
-def encode_repository_index(statuses: list[ModelStatus], ready_only: bool) -> Any:
+def encode_repository_index(
+    statuses: list[ModelStatus], ready_only: bool
+) -> pb.RepositoryIndexResponse:
     message = pb.RepositoryIndexResponse()
     for status in statuses:
         if ready_only and status.state.value != "READY":
@@ -77,7 +84,7 @@ def encode_repository_index(statuses: list[ModelStatus], ready_only: bool) -> An
     return message
 
 
-def encode_log_settings(settings: dict[str, bool | int | str]) -> Any:
+def encode_log_settings(settings: dict[str, bool | int | str]) -> pb.LogSettingsResponse:
     message = pb.LogSettingsResponse()
     for key, value in settings.items():
         entry = message.settings[key]
