@@ -4,8 +4,6 @@ counted, the host figures, no ``*_created`` series, and 404 off ``/metrics``."""
 from __future__ import annotations
 
 import asyncio
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from inferd.examples import make_examples
 from inferd.server import create_server
 from inferd.settings import ServerSettings
 from tests.integration.conftest import ServerProcess, running_server
+from tests.unit.test_metrics import get
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -33,16 +32,6 @@ def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     args = ("--model-control-mode", "explicit", "--load-model", "simple")
     with running_server(repository, [*names, "broken"], root, *args) as server:
         yield server
-
-
-def get(url: str, accept: str | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, e.read().decode()
 
 
 def values(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:

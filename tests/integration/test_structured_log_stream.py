@@ -2,17 +2,13 @@
 failure, and the request that failed with INTERNAL has exactly one record, naming the model,
 version, request id, trace id and reason.
 
-Runs its own server subprocess: the shared ``running_server`` fails a server that logged at error
-level, which this server must."""
+The server logs these failures at error level on purpose: ``running_server`` excuses exactly
+those records (``caused_here``) and still fails on any other."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.examples import IR_VERSION, OPSET
 from inferd.executors.onnxruntime_native import native_onnxruntime
+from tests.integration.conftest import running_server
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
@@ -78,53 +75,31 @@ def records_of(lines: list[str]) -> list[dict[str, Any]]:
     return records
 
 
+def caused_here(record: dict[str, object]) -> bool:
+    """The error records this test causes: the gather model's failure (ONNX Runtime's record and
+    inferd's) and the exporter's failed exports."""
+    logger = str(record.get("logger", ""))
+    return (
+        record.get("model") == "gather"
+        or logger in ("onnxruntime",)
+        or (logger.startswith("opentelemetry"))
+    )
+
+
 def test_the_log_stream_is_structured_and_an_internal_failure_has_one_record(
     tmp_path: Path,
 ) -> None:
     repository = tmp_path / "models"
     write_gather_model(repository / "gather")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
-    env.update(
-        PYTHONUNBUFFERED="1",
-        OTEL_BSP_SCHEDULE_DELAY="100",  # ms: export soon after the request
-        OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="1",  # s: give up on the closed port quickly
-    )
-    log_path = tmp_path / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "inferd",
-        "serve",
-        "--model-repository",
-        str(repository),
-        "--grpc-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--log-format",
-        "json",
-        "--grpc-unix-socket",
-        str(tmp_path / "inferd.sock"),
-        "--metrics-port",
-        "-1",
-        "--trace-config",
-        f"endpoint=127.0.0.1:{closed_port()}",
-    ]
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
-        )
-    try:
-        deadline = time.monotonic() + 60
-        started = None
-        while started is None:
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
-            for line in log_path.read_text().splitlines():
-                if '"server started"' in line:
-                    started = json.loads(line)
-        with grpcclient.InferenceServerClient(f"127.0.0.1:{started['port']}") as client:
+    env = {
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: export soon after the request
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1",  # s: give up on the closed port quickly
+    }
+    trace_config = ("--trace-config", f"endpoint=127.0.0.1:{closed_port()}")
+    with running_server(
+        repository, ["gather"], tmp_path, *trace_config, env_extra=env, expected_errors=caused_here
+    ) as server:
+        with grpcclient.InferenceServerClient(server.url) as client:
             tensor = grpcclient.InferInput("INPUT0", [1, 1], "INT64")
             tensor.set_data_from_numpy(np.array([[9]], np.int64))
             with pytest.raises(InferenceServerException) as failed:
@@ -133,17 +108,7 @@ def test_the_log_stream_is_structured_and_an_internal_failure_has_one_record(
                 )
             assert failed.value.status() == "StatusCode.INTERNAL"
         time.sleep(2.5)  # the span's export fails meanwhile
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-    lines = log_path.read_text().splitlines()
-    assert code == 0, "\n".join(lines)
-    records = records_of(lines)
+    records = records_of(server.log().splitlines())
 
     failures = [r for r in records if r.get("event") == "request failed"]
     assert len(failures) == 1, records
