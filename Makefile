@@ -19,7 +19,7 @@ help:
 	@echo "make test           set up, build, run the C++ (ctest) and Python (pytest) tests"
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
-	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code)"
+	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code), clang-format"
 	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600)"
 	@echo "make fuzz-ci        the same, bounded to FUZZ_CI_SECONDS (60): what CI runs"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
@@ -97,6 +97,7 @@ lint: build
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vulture python/inferd vulture_whitelist.py --min-confidence 60
+	$(VENV)/bin/clang-format --dry-run --Werror $$(git ls-files 'cpp/*.cpp' 'cpp/*.h' 'benchmarks/*.cpp')
 
 # libFuzzer over the request path (cpp/fuzz/): parse_infer_request, build_inference_request and
 # InferResponseWriter, built by clang with AddressSanitizer and UndefinedBehaviorSanitizer. The seed

@@ -39,8 +39,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -113,15 +113,21 @@ void PutUint(std::string& out, uint32_t number, uint64_t value) {
 // --- the service ------------------------------------------------------------------------------
 
 enum class Method {
-  kServerLive, kServerReady, kModelReady, kServerMetadata, kModelMetadata, kModelConfig,
-  kModelInfer, kModelStatistics, kUnknown,
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelConfig,
+  kModelInfer,
+  kModelStatistics,
+  kUnknown,
 };
 
 constexpr std::string_view kPrefix = "/inference.GRPCInferenceService/";
 // The RPCs answered from a file, in Method order (ModelStatistics is written here).
 constexpr std::string_view kFiles[] = {
-    "ServerLive",    "ServerReady", "ModelReady", "ServerMetadata",
-    "ModelMetadata", "ModelConfig", "ModelInfer",
+    "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig", "ModelInfer",
 };
 constexpr int kFileCount = static_cast<int>(std::size(kFiles));
 
@@ -202,13 +208,11 @@ class FloorService final : public grpc::CallbackGenericService {
 
   bool Known(std::string_view request) const {
     const std::string_view version = StringField(request, 2);
-    return StringField(request, 1) == model_name_ &&
-           (version.empty() || version == model_version_);
+    return StringField(request, 1) == model_name_ && (version.empty() || version == model_version_);
   }
 
   grpc::Status NotFound(std::string_view request) const {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "unknown model '" + std::string(StringField(request, 1)) + "'");
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown model '" + std::string(StringField(request, 1)) + "'");
   }
 
   grpc::Status Answer(Method method, std::string_view request, grpc::ByteBuffer& response) {
@@ -304,8 +308,7 @@ int main(int argc, char** argv) {
   }
   grpc::ServerBuilder builder;
   int bound = 0;
-  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(),
-                           &bound);
+  builder.AddListeningPort(host + ":" + std::to_string(port), grpc::InsecureServerCredentials(), &bound);
   builder.SetMaxReceiveMessageSize(INT_MAX);  // inferd's limit, 2^31 - 1, not gRPC's 4 MiB
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.RegisterCallbackGenericService(service.get());

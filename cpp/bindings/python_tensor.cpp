@@ -25,20 +25,34 @@ struct ReleaseBuffer {
 
 py::dtype numpy_dtype(DataType dtype) {
   switch (dtype) {
-    case DataType::kBool: return py::dtype("bool");
-    case DataType::kUint8: return py::dtype("uint8");
-    case DataType::kUint16: return py::dtype("uint16");
-    case DataType::kUint32: return py::dtype("uint32");
-    case DataType::kUint64: return py::dtype("uint64");
-    case DataType::kInt8: return py::dtype("int8");
-    case DataType::kInt16: return py::dtype("int16");
-    case DataType::kInt32: return py::dtype("int32");
-    case DataType::kInt64: return py::dtype("int64");
-    case DataType::kFp16: return py::dtype("float16");
-    case DataType::kFp32: return py::dtype("float32");
-    case DataType::kFp64: return py::dtype("float64");
-    case DataType::kBf16: return py::dtype("uint16");  // numpy has no bfloat16: the raw bits
-    case DataType::kBytes: return py::dtype("uint8");  // serialized elements
+    case DataType::kBool:
+      return py::dtype("bool");
+    case DataType::kUint8:
+      return py::dtype("uint8");
+    case DataType::kUint16:
+      return py::dtype("uint16");
+    case DataType::kUint32:
+      return py::dtype("uint32");
+    case DataType::kUint64:
+      return py::dtype("uint64");
+    case DataType::kInt8:
+      return py::dtype("int8");
+    case DataType::kInt16:
+      return py::dtype("int16");
+    case DataType::kInt32:
+      return py::dtype("int32");
+    case DataType::kInt64:
+      return py::dtype("int64");
+    case DataType::kFp16:
+      return py::dtype("float16");
+    case DataType::kFp32:
+      return py::dtype("float32");
+    case DataType::kFp64:
+      return py::dtype("float64");
+    case DataType::kBf16:
+      return py::dtype("uint16");  // numpy has no bfloat16: the raw bits
+    case DataType::kBytes:
+      return py::dtype("uint8");  // serialized elements
   }
   throw std::invalid_argument("unknown datatype");
 }
@@ -47,8 +61,9 @@ py::array readonly_view(const py::dtype& dtype, std::vector<py::ssize_t> shape, 
   // The capsule owns a copy of the tensor's owner and is the array's base: the memory lives as
   // long as the array or any view of it. Ownership of the heap pointer passes to the capsule.
   auto keep = std::make_unique<std::shared_ptr<const void>>(tensor.owner);
-  py::capsule base(keep.get(), [](void* p) { std::default_delete<std::shared_ptr<const void>>()(
-                                                 static_cast<std::shared_ptr<const void>*>(p)); });
+  py::capsule base(keep.get(), [](void* p) {
+    std::default_delete<std::shared_ptr<const void>>()(static_cast<std::shared_ptr<const void>*>(p));
+  });
   keep.release();
   py::array array(dtype, std::move(shape), {}, tensor.data, base);
   py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
@@ -128,7 +143,8 @@ Tensor tensor_from_executor_array(const py::handle& object, DataType expected) {
     for (; it != py::iterator::sentinel(); ++it) {
       py::handle item = *it;
       if (PyBytes_Check(item.ptr())) {
-        append_element(serialized.get(), PyBytes_AS_STRING(item.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(item.ptr())));
+        append_element(serialized.get(), PyBytes_AS_STRING(item.ptr()),
+                       static_cast<size_t>(PyBytes_GET_SIZE(item.ptr())));
       } else if (PyUnicode_Check(item.ptr())) {
         Py_ssize_t size = 0;
         const char* utf8 = PyUnicode_AsUTF8AndSize(item.ptr(), &size);
@@ -144,8 +160,8 @@ Tensor tensor_from_executor_array(const py::handle& object, DataType expected) {
     return tensor;
   }
   const py::dtype want = numpy_dtype(expected);
-  const bool same = array.dtype().equal(want) ||
-                    (expected == DataType::kBf16 && array.dtype().itemsize() == 2 && kind != 'f');
+  const bool same =
+      array.dtype().equal(want) || (expected == DataType::kBf16 && array.dtype().itemsize() == 2 && kind != 'f');
   if (!same) {
     throw std::invalid_argument("output has numpy dtype " + py::str(array.dtype()).cast<std::string>() +
                                 ", the model declares " + py::str(want).cast<std::string>());

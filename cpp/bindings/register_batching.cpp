@@ -43,10 +43,8 @@ void register_batching(py::module_& m) {
         const auto s = pool.stats();
         return py::dict(py::arg("capacity_bytes") = s.capacity_bytes, py::arg("pooled_bytes") = s.pooled_bytes,
                         py::arg("leased_bytes") = s.leased_bytes, py::arg("allocations") = s.allocations,
-                        py::arg("reuses") = s.reuses, py::arg("fallbacks") = s.fallbacks,
-                        py::arg("pinned") = s.pinned);
+                        py::arg("reuses") = s.reuses, py::arg("fallbacks") = s.fallbacks, py::arg("pinned") = s.pinned);
       });
-
 }
 
 }  // namespace inferd::python

@@ -43,7 +43,8 @@ void register_completion_queue(py::module_& m) {
                 } else {
                   py::list arrays;
                   for (const Tensor& t : c.outputs) {
-                    arrays.append(py::make_tuple(static_cast<int>(t.dtype), py::tuple(py::cast(t.shape)), array_view(t)));
+                    arrays.append(
+                        py::make_tuple(static_cast<int>(t.dtype), py::tuple(py::cast(t.shape)), array_view(t)));
                   }
                   outputs = std::move(arrays);
                 }

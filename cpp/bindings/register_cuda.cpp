@@ -27,18 +27,21 @@ std::pair<void*, size_t> contiguous(const py::buffer& buffer, bool writable) {
 }  // namespace
 
 void register_cuda(py::module_& m) {
-  m.def("cuda_runtime_description", [] { return CudaRuntime::get().description(); },
-        "Which CUDA runtime the core found at run time, or why none.");
-  m.def("cuda_device_count", [] { return CudaRuntime::get().device_count(); },
-        "CUDA devices the core's run-time libcudart sees; 0 without CUDA.");
+  m.def(
+      "cuda_runtime_description", [] { return CudaRuntime::get().description(); },
+      "Which CUDA runtime the core found at run time, or why none.");
+  m.def(
+      "cuda_device_count", [] { return CudaRuntime::get().device_count(); },
+      "CUDA devices the core's run-time libcudart sees; 0 without CUDA.");
 
   // Copies release the GIL: the caller's buffer objects stay referenced by the call's arguments.
   py::class_<CudaStream, std::shared_ptr<CudaStream>>(m, "CudaStream")
       .def(py::init<int>(), py::arg("device"), "A stream on `device` (-1 or no CUDA: the host stand-in).")
       .def_property_readonly("on_device", &CudaStream::on_device)
       .def_property_readonly("device", &CudaStream::device)
-      .def_property_readonly("handle", [](const CudaStream& s) { return reinterpret_cast<uintptr_t>(s.handle()); },
-                             "The cudaStream_t as an integer (0 on the host), e.g. for user_compute_stream.")
+      .def_property_readonly(
+          "handle", [](const CudaStream& s) { return reinterpret_cast<uintptr_t>(s.handle()); },
+          "The cudaStream_t as an integer (0 on the host), e.g. for user_compute_stream.")
       .def(
           "copy_to_device",
           [](CudaStream& stream, uintptr_t dst, const py::buffer& src) {
@@ -81,7 +84,8 @@ void register_cuda(py::module_& m) {
           py::arg("start"), py::arg("end"));
 
   py::class_<DeviceBufferPool::Buffer, std::shared_ptr<DeviceBufferPool::Buffer>>(m, "DeviceBuffer")
-      .def_property_readonly("ptr", [](const DeviceBufferPool::Buffer& b) { return reinterpret_cast<uintptr_t>(b.data); })
+      .def_property_readonly("ptr",
+                             [](const DeviceBufferPool::Buffer& b) { return reinterpret_cast<uintptr_t>(b.data); })
       .def_property_readonly("size", [](const DeviceBufferPool::Buffer& b) { return b.size; });
 
   py::class_<DeviceBufferPool, std::shared_ptr<DeviceBufferPool>>(m, "DeviceBufferPool")

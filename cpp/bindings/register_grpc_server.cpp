@@ -75,7 +75,9 @@ void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool for
 
 void register_grpc_server(py::module_& m) {
   py::class_<TraceSampling>(m, "TraceSampling")
-      .def(py::init([](bool enabled, bool parent_based, double ratio) { return TraceSampling{enabled, parent_based, ratio}; }),
+      .def(py::init([](bool enabled, bool parent_based, double ratio) {
+             return TraceSampling{enabled, parent_based, ratio};
+           }),
            py::arg("enabled") = false, py::arg("parent_based") = false, py::arg("ratio") = 0.0)
       .def_readonly("enabled", &TraceSampling::enabled)
       .def_readonly("parent_based", &TraceSampling::parent_based)

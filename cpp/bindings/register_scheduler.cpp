@@ -1,14 +1,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
 #include <chrono>
 #include <optional>
 
+#include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
 #include "onnxruntime_session.h"
 #include "python_executor.h"
 #include "python_tensor.h"
 #include "wire_request.h"
-#include "inferd/model_signature.h"
 
 namespace py = pybind11;
 
@@ -30,12 +31,10 @@ struct DestroyWithoutGil {
   }
 };
 
-std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name,
-                                                             const BatcherOptions& batching,
-                                                             const py::list& executors,
-                                                             const std::vector<int>& output_types,
-                                                             std::shared_ptr<CompletionQueue> completions,
-                                                             std::shared_ptr<PinnedBufferPool> pool) {
+std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name, const BatcherOptions& batching,
+                                          const py::list& executors, const std::vector<int>& output_types,
+                                          std::shared_ptr<CompletionQueue> completions,
+                                          std::shared_ptr<PinnedBufferPool> pool) {
   std::vector<DataType> types;
   for (int code : output_types) {
     if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
@@ -90,7 +89,8 @@ void register_scheduler(py::module_& m) {
               auto entry = item.cast<py::tuple>();
               if (entry[2].is_none()) {  // an optional input the request left out
                 const int code = entry[0].cast<int>();
-                if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+                if (!is_valid_datatype(code))
+                  throw std::invalid_argument("unknown datatype code " + std::to_string(code));
                 request->inputs.push_back(Tensor::Absent(static_cast<DataType>(code)));
                 continue;
               }
@@ -157,10 +157,9 @@ void register_scheduler(py::module_& m) {
                                              py::arg("compute_output") = duration(b.compute_output));
         }
         return py::dict(py::arg("last_inference_ms") = s.last_inference_ms,
-                        py::arg("inference_count") = s.inference_count,
-                        py::arg("execution_count") = s.execution_count, py::arg("success") = duration(s.success),
-                        py::arg("fail") = duration(s.fail), py::arg("queue") = duration(s.queue),
-                        py::arg("compute_input") = duration(s.compute_input),
+                        py::arg("inference_count") = s.inference_count, py::arg("execution_count") = s.execution_count,
+                        py::arg("success") = duration(s.success), py::arg("fail") = duration(s.fail),
+                        py::arg("queue") = duration(s.queue), py::arg("compute_input") = duration(s.compute_input),
                         py::arg("compute_infer") = duration(s.compute_infer),
                         py::arg("compute_output") = duration(s.compute_output), py::arg("batches") = batches,
                         py::arg("request_duration") = histogram(s.request_duration),

@@ -67,7 +67,8 @@ py::str text(std::string_view s) { return py::str(s.data(), s.size()); }
 py::bytes write_response(const InferenceRequest& request, const std::vector<Tensor>& outputs) {
   const InferResponseWriter writer(request, outputs, request.stream);
   if (!writer.error().empty()) throw std::runtime_error(writer.error());  // answered INTERNAL
-  py::object bytes = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(writer.size())));
+  py::object bytes =
+      py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(writer.size())));
   if (!bytes) throw py::error_already_set();
   auto* out = reinterpret_cast<std::byte*>(PyBytes_AS_STRING(bytes.ptr()));
   if (writer.data_bytes() < (64u << 10)) {
@@ -83,8 +84,8 @@ py::bytes write_response(const InferenceRequest& request, const std::vector<Tens
 
 void register_wire(py::module_& m) {
   py::class_<ModelSignature, std::shared_ptr<ModelSignature>>(m, "ModelSignature")
-      .def(py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"),
-           py::arg("inputs"), py::arg("outputs"),
+      .def(py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"), py::arg("inputs"),
+           py::arg("outputs"),
            "inputs: (name, datatype code, dims, reshape or None, optional, utf8); outputs: (name, datatype code, "
            "dims, has_reshape). What the core checks requests against and writes answers from.")
       .def_property_readonly("name", [](const ModelSignature& s) { return s.name; })

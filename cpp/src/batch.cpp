@@ -33,8 +33,7 @@ size_t product(const std::vector<int64_t>& dims, size_t from) {
 // Copies the leading `region` of a row-major array of dims `src_dims` into the leading corner of
 // one of dims `dst_dims` (same rank; region <= both, dim by dim).
 void copy_region(const std::byte* src, const std::vector<int64_t>& src_dims, std::byte* dst,
-                 const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& region, size_t dim,
-                 size_t element) {
+                 const std::vector<int64_t>& dst_dims, const std::vector<int64_t>& region, size_t dim, size_t element) {
   if (dim + 1 >= region.size()) {
     std::memcpy(dst, src, static_cast<size_t>(region.empty() ? 1 : region[dim]) * element);
     return;
@@ -57,20 +56,33 @@ void fill_as(std::byte* dst, size_t count, double value) {
 // Fills `count` elements of `dtype` with `value` (FP16/BF16: only 0, whose bits are all zero).
 void fill(std::byte* dst, size_t count, DataType dtype, double value) {
   switch (dtype) {
-    case DataType::kBool: return fill_as<uint8_t>(dst, count, value != 0 ? 1 : 0);
-    case DataType::kUint8: return fill_as<uint8_t>(dst, count, value);
-    case DataType::kUint16: return fill_as<uint16_t>(dst, count, value);
-    case DataType::kUint32: return fill_as<uint32_t>(dst, count, value);
-    case DataType::kUint64: return fill_as<uint64_t>(dst, count, value);
-    case DataType::kInt8: return fill_as<int8_t>(dst, count, value);
-    case DataType::kInt16: return fill_as<int16_t>(dst, count, value);
-    case DataType::kInt32: return fill_as<int32_t>(dst, count, value);
-    case DataType::kInt64: return fill_as<int64_t>(dst, count, value);
-    case DataType::kFp32: return fill_as<float>(dst, count, value);
-    case DataType::kFp64: return fill_as<double>(dst, count, value);
+    case DataType::kBool:
+      return fill_as<uint8_t>(dst, count, value != 0 ? 1 : 0);
+    case DataType::kUint8:
+      return fill_as<uint8_t>(dst, count, value);
+    case DataType::kUint16:
+      return fill_as<uint16_t>(dst, count, value);
+    case DataType::kUint32:
+      return fill_as<uint32_t>(dst, count, value);
+    case DataType::kUint64:
+      return fill_as<uint64_t>(dst, count, value);
+    case DataType::kInt8:
+      return fill_as<int8_t>(dst, count, value);
+    case DataType::kInt16:
+      return fill_as<int16_t>(dst, count, value);
+    case DataType::kInt32:
+      return fill_as<int32_t>(dst, count, value);
+    case DataType::kInt64:
+      return fill_as<int64_t>(dst, count, value);
+    case DataType::kFp32:
+      return fill_as<float>(dst, count, value);
+    case DataType::kFp64:
+      return fill_as<double>(dst, count, value);
     case DataType::kFp16:
     case DataType::kBf16:
-    case DataType::kBytes: std::memset(dst, 0, count * element_size(dtype)); return;
+    case DataType::kBytes:
+      std::memset(dst, 0, count * element_size(dtype));
+      return;
   }
 }
 
@@ -171,8 +183,8 @@ Status scatter_outputs(const std::vector<Tensor>& outputs, const RequestBatch& b
     if (!row_offsets(out, total, &starts)) {
       return Status::Error(StatusCode::kInternal, "model returned a malformed BYTES output");
     }
-    const bool slice = padding.enabled() && o < padding.outputs.size() && !padding.outputs[o].empty() &&
-                       out.dtype != DataType::kBytes;
+    const bool slice =
+        padding.enabled() && o < padding.outputs.size() && !padding.outputs[o].empty() && out.dtype != DataType::kBytes;
     int64_t row = 0;
     for (size_t r = 0; r < batch.size(); ++r) {
       const int64_t rows = batch[r]->batch_size;

@@ -117,9 +117,7 @@ int CudaRuntime::event_record(void* event, void* stream) const {
   return available() ? event_record_(event, stream) : kUnavailable;
 }
 
-int CudaRuntime::event_synchronize(void* event) const {
-  return available() ? event_synchronize_(event) : kUnavailable;
-}
+int CudaRuntime::event_synchronize(void* event) const { return available() ? event_synchronize_(event) : kUnavailable; }
 
 int CudaRuntime::event_elapsed_ms(float* ms, void* start, void* end) const {
   return available() ? event_elapsed_(ms, start, end) : kUnavailable;

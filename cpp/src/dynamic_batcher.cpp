@@ -17,7 +17,7 @@ std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& p
       continue;
     }
     key.push_back(static_cast<int64_t>(input.shape.size()));  // keeps inputs' dims apart
-    if (padding.pads_input(i)) continue;  // any lengths batch together: padded at assembly
+    if (padding.pads_input(i)) continue;                      // any lengths batch together: padded at assembly
     for (size_t d = 1; d < input.shape.size(); ++d) key.push_back(input.shape[d]);
   }
   return key;
@@ -56,8 +56,7 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
   } else if (level == 0) {
     level = std::max<uint32_t>(1, options_.default_priority_level);
   } else if (level > options_.priority_levels) {
-    return Status::Error(StatusCode::kInvalidArgument, "priority " + std::to_string(level) +
-                                                           " is outside 1.." +
+    return Status::Error(StatusCode::kInvalidArgument, "priority " + std::to_string(level) + " is outside 1.." +
                                                            std::to_string(options_.priority_levels));
   }
   std::vector<int64_t> key = options_.dynamic ? shape_key(*request, options_.padding) : std::vector<int64_t>{};
@@ -73,8 +72,7 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
                                std::to_string(policy.max_queue_size) + "); retry later");
     }
     uint64_t timeout = policy.default_timeout_us;
-    if (policy.allow_timeout_override && request->timeout_us != 0 &&
-        (timeout == 0 || request->timeout_us < timeout)) {
+    if (policy.allow_timeout_override && request->timeout_us != 0 && (timeout == 0 || request->timeout_us < timeout)) {
       timeout = request->timeout_us;  // an override may only shorten the timeout
     }
     request->enqueue_time = now;

@@ -20,15 +20,24 @@ namespace inferd {
 
 int grpc_code(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return grpc::StatusCode::OK;
-    case StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
-    case StatusCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
-    case StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
-    case StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case StatusCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case StatusCode::kCancelled: return grpc::StatusCode::CANCELLED;
-    case StatusCode::kInternal: return grpc::StatusCode::INTERNAL;
-    case StatusCode::kUnimplemented: return grpc::StatusCode::UNIMPLEMENTED;
+    case StatusCode::kOk:
+      return grpc::StatusCode::OK;
+    case StatusCode::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case StatusCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case StatusCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case StatusCode::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case StatusCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case StatusCode::kCancelled:
+      return grpc::StatusCode::CANCELLED;
+    case StatusCode::kInternal:
+      return grpc::StatusCode::INTERNAL;
+    case StatusCode::kUnimplemented:
+      return grpc::StatusCode::UNIMPLEMENTED;
   }
   return grpc::StatusCode::INTERNAL;
 }
@@ -86,8 +95,8 @@ Clock::time_point core_deadline(const grpc::ServerContextBase& context) {
 namespace {
 
 bool is_transport_header(std::string_view key) {
-  return key.empty() || key[0] == ':' || key.rfind("grpc-", 0) == 0 || key == "user-agent" ||
-         key == "content-type" || key == "te";
+  return key.empty() || key[0] == ':' || key.rfind("grpc-", 0) == 0 || key == "user-agent" || key == "content-type" ||
+         key == "te";
 }
 
 }  // namespace
@@ -280,8 +289,8 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     ParsedInferRequest parsed;
-    Status status = parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()),
-                                        received.bytes.size(), &parsed);
+    Status status =
+        parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()), received.bytes.size(), &parsed);
     if (!status.ok()) {
       fail(to_grpc_status(status));
       return;
@@ -310,8 +319,8 @@ class InferCall final : public UnaryCall, public CompletionSink {
     }
     const uint64_t token = request->token;
     ref();  // released with the sink, when the core lets the request go
-    request->sink = std::shared_ptr<CompletionSink>(static_cast<CompletionSink*>(this),
-                                                    [](CompletionSink* sink) { static_cast<InferCall*>(sink)->unref(); });
+    request->sink = std::shared_ptr<CompletionSink>(
+        static_cast<CompletionSink*>(this), [](CompletionSink* sink) { static_cast<InferCall*>(sink)->unref(); });
     status = scheduler->submit(std::move(request));
     if (!status.ok()) {
       request.reset();  // still ours: dropping it releases the sink
@@ -385,10 +394,14 @@ class SnapshotCall final : public UnaryCall {
     const std::shared_ptr<const ModelRoute> route = snapshot->find(name, version);
     if (route == nullptr) return forward();  // Python says why, in its words
     switch (kind_) {
-      case CallKind::kModelReady: return answer(bool_message(snapshot->accepting));
-      case CallKind::kModelMetadata: return answer(message(route->metadata_response));
-      case CallKind::kModelConfig: return answer(message(route->config_response));
-      default: return forward();
+      case CallKind::kModelReady:
+        return answer(bool_message(snapshot->accepting));
+      case CallKind::kModelMetadata:
+        return answer(message(route->metadata_response));
+      case CallKind::kModelConfig:
+        return answer(message(route->config_response));
+      default:
+        return forward();
     }
   }
 
@@ -401,10 +414,14 @@ grpc::ServerGenericBidiReactor* create_call(grpc::GenericCallbackServerContext* 
                                             std::shared_ptr<TransportContext> transport) {
   // Raw new: grpc's callback API takes a reactor that deletes itself (UnaryCall::unref).
   switch (const CallKind kind = call_kind(context->method())) {
-    case CallKind::kInfer: return new InferCall(context, std::move(transport));
-    case CallKind::kStreamInfer: return create_stream_infer_call(context, std::move(transport));
-    case CallKind::kForwarded: return create_forwarded_call(context, std::move(transport));
-    default: return new SnapshotCall(context, std::move(transport), kind);
+    case CallKind::kInfer:
+      return new InferCall(context, std::move(transport));
+    case CallKind::kStreamInfer:
+      return create_stream_infer_call(context, std::move(transport));
+    case CallKind::kForwarded:
+      return create_forwarded_call(context, std::move(transport));
+    default:
+      return new SnapshotCall(context, std::move(transport), kind);
   }
 }
 

@@ -26,8 +26,7 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
   ForwardedCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
       : context_(context), transport_(std::move(transport)), backend_(this) {
     copy_client_metadata(*context_, &client_context_);
-    transport_->backend->PrepareBidiStreamingCall(&client_context_, context_->method(), grpc::StubOptions(),
-                                                  &backend_);
+    transport_->backend->PrepareBidiStreamingCall(&client_context_, context_->method(), grpc::StubOptions(), &backend_);
     backend_.AddMultipleHolds(2);  // caller -> backend writes, backend -> caller reads
     backend_.StartRead(&down_);
     backend_.StartCall();
@@ -128,13 +127,13 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
   bool write_in_flight_ = false;  // guarded by mutex_: a write to the backend awaits OnWriteDone
   bool writes_closed_ = false;    // guarded by mutex_: the write hold is released (or about to be)
   bool backend_ended_ = false;    // guarded by mutex_: the backend's side of the stream ended
-  std::atomic<int> refs_{2};  // the caller's side and the backend's side
+  std::atomic<int> refs_{2};      // the caller's side and the backend's side
 };
 
 }  // namespace
 
 grpc::ServerGenericBidiReactor* create_forwarded_call(grpc::GenericCallbackServerContext* context,
-                                                     std::shared_ptr<TransportContext> transport) {
+                                                      std::shared_ptr<TransportContext> transport) {
   return new ForwardedCall(context, std::move(transport));  // deletes itself once both sides are done
 }
 

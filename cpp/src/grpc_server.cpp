@@ -19,7 +19,8 @@ void FailureCounts::count(const std::string& model, const std::string& version, 
 std::vector<std::tuple<std::string, std::string, int, uint64_t>> FailureCounts::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::tuple<std::string, std::string, int, uint64_t>> out;
-  for (const auto& [key, count] : counts_) out.emplace_back(std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+  for (const auto& [key, count] : counts_)
+    out.emplace_back(std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
   return out;
 }
 
@@ -76,7 +77,8 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
     builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
     builder.SetMaxSendMessageSize(options_.max_message_bytes);
   }
-  if (options_.keepalive_time_ms > 0) builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
+  if (options_.keepalive_time_ms > 0)
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
   if (options_.keepalive_timeout_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
   }
@@ -87,7 +89,8 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   server_ = builder.BuildAndStart();
   std::string failed;
   for (size_t i = 0; i < options_.addresses.size(); ++i) {
-    if (ports_[i] == 0 && !is_unix(options_.addresses[i])) failed += (failed.empty() ? "" : ", ") + options_.addresses[i];
+    if (ports_[i] == 0 && !is_unix(options_.addresses[i]))
+      failed += (failed.empty() ? "" : ", ") + options_.addresses[i];
   }
   if (!server_ || !failed.empty()) {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());

@@ -140,8 +140,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"), "");
     }
     ParsedInferRequest parsed;
-    Status status = parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()),
-                                        received.bytes.size(), &parsed);
+    Status status =
+        parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()), received.bytes.size(), &parsed);
     if (!status.ok()) return answer_error(to_grpc_status(status), "");
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     bool sampled;
@@ -276,11 +276,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   std::atomic<int> refs_{1};   // grpc's, released in OnDone
 
   std::mutex mutex_;
-  bool reading_ = false;     // a read is in flight, or OnReadDone is handling one
-  bool reads_done_ = false;  // the client has stopped sending
-  bool writing_ = false;     // writes_.front() is being sent
-  bool broken_ = false;      // cancelled, or a write failed: the client gets nothing more
-  bool finished_ = false;    // Finish was called
+  bool reading_ = false;                        // a read is in flight, or OnReadDone is handling one
+  bool reads_done_ = false;                     // the client has stopped sending
+  bool writing_ = false;                        // writes_.front() is being sent
+  bool broken_ = false;                         // cancelled, or a write failed: the client gets nothing more
+  bool finished_ = false;                       // Finish was called
   std::unique_ptr<grpc::Status> final_status_;  // the first error, with triton_grpc_error
   size_t outstanding_ = 0;                      // requests read and not yet answered and sent
   std::deque<grpc::ByteBuffer> writes_;         // answers waiting to be sent; front() in flight
@@ -291,7 +291,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 }  // namespace
 
 grpc::ServerGenericBidiReactor* create_stream_infer_call(grpc::GenericCallbackServerContext* context,
-                                                        std::shared_ptr<TransportContext> transport) {
+                                                         std::shared_ptr<TransportContext> transport) {
   return new StreamInferCall(context, std::move(transport));  // deletes itself (unref)
 }
 

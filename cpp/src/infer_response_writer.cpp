@@ -88,8 +88,8 @@ void InferResponseWriter::write(std::byte* out) const {
 
 std::string stream_error_response(std::string_view message, std::string_view id) {
   const size_t inner = string_field_size(response_field::kId, id);
-  const size_t size =
-      string_field_size(stream_field::kErrorMessage, message) + length_delimited_size(stream_field::kInferResponse, inner);
+  const size_t size = string_field_size(stream_field::kErrorMessage, message) +
+                      length_delimited_size(stream_field::kInferResponse, inner);
   std::string out(size, '\0');
   WireWriter writer(reinterpret_cast<std::byte*>(out.data()), out.size());
   write_string_field(&writer, stream_field::kErrorMessage, message);

@@ -8,8 +8,7 @@
 namespace inferd {
 namespace {
 
-constexpr const char* kSharedMemoryKeys[] = {"shared_memory_region", "shared_memory_byte_size",
-                                             "shared_memory_offset"};
+constexpr const char* kSharedMemoryKeys[] = {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"};
 
 Status invalid(std::string message) { return Status::Error(StatusCode::kInvalidArgument, std::move(message)); }
 
@@ -55,27 +54,42 @@ Status non_negative(const ParsedInferRequest& parsed, const char* key, uint64_t*
 // Which InferTensorContents field carries each datatype; 0 for none (FP16, BF16: raw only).
 uint32_t contents_field(DataType dtype) {
   switch (dtype) {
-    case DataType::kBool: return 1;
+    case DataType::kBool:
+      return 1;
     case DataType::kInt8:
     case DataType::kInt16:
-    case DataType::kInt32: return 2;
-    case DataType::kInt64: return 3;
+    case DataType::kInt32:
+      return 2;
+    case DataType::kInt64:
+      return 3;
     case DataType::kUint8:
     case DataType::kUint16:
-    case DataType::kUint32: return 4;
-    case DataType::kUint64: return 5;
-    case DataType::kFp32: return 6;
-    case DataType::kFp64: return 7;
-    case DataType::kBytes: return 8;
+    case DataType::kUint32:
+      return 4;
+    case DataType::kUint64:
+      return 5;
+    case DataType::kFp32:
+      return 6;
+    case DataType::kFp64:
+      return 7;
+    case DataType::kBytes:
+      return 8;
     case DataType::kFp16:
-    case DataType::kBf16: return 0;
+    case DataType::kBf16:
+      return 0;
   }
   return 0;
 }
 
 const char* contents_field_name(uint32_t field) {
-  static constexpr const char* kNames[] = {"",           "bool_contents", "int_contents",  "int64_contents",
-                                           "uint_contents", "uint64_contents", "fp32_contents", "fp64_contents",
+  static constexpr const char* kNames[] = {"",
+                                           "bool_contents",
+                                           "int_contents",
+                                           "int64_contents",
+                                           "uint_contents",
+                                           "uint64_contents",
+                                           "fp32_contents",
+                                           "fp64_contents",
                                            "bytes_contents"};
   return field < 9 ? kNames[field] : "unknown contents field";
 }
@@ -105,7 +119,8 @@ bool for_each_value(const ContentsChunk& chunk, Scalar&& scalar, Element&& eleme
       case WireType::kFixed64:
         if (!reader->read_fixed64(&raw)) return false;
         break;
-      case WireType::kLengthDelimited: return false;
+      case WireType::kLengthDelimited:
+        return false;
     }
     return scalar(raw);
   };
@@ -154,17 +169,27 @@ void store(std::byte* out, size_t index, T value) {
 
 // Decodes the typed values of `field` into `out` (count * element size bytes, or BYTES' serialized
 // form), sized by count_values over the same chunks.
-Status decode_values(const std::vector<ContentsChunk>& chunks, uint32_t field, DataType dtype,
-                     const std::string& where, std::vector<std::byte>* out) {
+Status decode_values(const std::vector<ContentsChunk>& chunks, uint32_t field, DataType dtype, const std::string& where,
+                     std::vector<std::byte>* out) {
   size_t index = 0;
   auto put = [&](uint64_t raw) -> Status {
     std::byte* data = out->data();
     switch (dtype) {
-      case DataType::kBool: store<uint8_t>(data, index, raw != 0); break;
-      case DataType::kInt64: store<int64_t>(data, index, static_cast<int64_t>(raw)); break;
-      case DataType::kUint64: store<uint64_t>(data, index, raw); break;
-      case DataType::kFp32: store<uint32_t>(data, index, static_cast<uint32_t>(raw)); break;
-      case DataType::kFp64: store<uint64_t>(data, index, raw); break;
+      case DataType::kBool:
+        store<uint8_t>(data, index, raw != 0);
+        break;
+      case DataType::kInt64:
+        store<int64_t>(data, index, static_cast<int64_t>(raw));
+        break;
+      case DataType::kUint64:
+        store<uint64_t>(data, index, raw);
+        break;
+      case DataType::kFp32:
+        store<uint32_t>(data, index, static_cast<uint32_t>(raw));
+        break;
+      case DataType::kFp64:
+        store<uint64_t>(data, index, raw);
+        break;
       case DataType::kInt8:
       case DataType::kInt16:
       case DataType::kInt32: {
@@ -196,7 +221,8 @@ Status decode_values(const std::vector<ContentsChunk>& chunks, uint32_t field, D
       }
       case DataType::kFp16:
       case DataType::kBf16:
-      case DataType::kBytes: break;  // no typed field / handled below
+      case DataType::kBytes:
+        break;  // no typed field / handled below
     }
     ++index;
     return Status::Ok();
@@ -305,20 +331,34 @@ bool reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>&
 
 const char* datatype_name(DataType dtype) {
   switch (dtype) {
-    case DataType::kBool: return "BOOL";
-    case DataType::kUint8: return "UINT8";
-    case DataType::kUint16: return "UINT16";
-    case DataType::kUint32: return "UINT32";
-    case DataType::kUint64: return "UINT64";
-    case DataType::kInt8: return "INT8";
-    case DataType::kInt16: return "INT16";
-    case DataType::kInt32: return "INT32";
-    case DataType::kInt64: return "INT64";
-    case DataType::kFp16: return "FP16";
-    case DataType::kFp32: return "FP32";
-    case DataType::kFp64: return "FP64";
-    case DataType::kBytes: return "BYTES";
-    case DataType::kBf16: return "BF16";
+    case DataType::kBool:
+      return "BOOL";
+    case DataType::kUint8:
+      return "UINT8";
+    case DataType::kUint16:
+      return "UINT16";
+    case DataType::kUint32:
+      return "UINT32";
+    case DataType::kUint64:
+      return "UINT64";
+    case DataType::kInt8:
+      return "INT8";
+    case DataType::kInt16:
+      return "INT16";
+    case DataType::kInt32:
+      return "INT32";
+    case DataType::kInt64:
+      return "INT64";
+    case DataType::kFp16:
+      return "FP16";
+    case DataType::kFp32:
+      return "FP32";
+    case DataType::kFp64:
+      return "FP64";
+    case DataType::kBytes:
+      return "BYTES";
+    case DataType::kBf16:
+      return "BF16";
   }
   return "?";
 }
@@ -333,9 +373,8 @@ bool datatype_from_name(std::string_view name, DataType* out) {
   return false;
 }
 
-Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature,
-                               const ParsedInferRequest& parsed, const std::shared_ptr<const void>& owner,
-                               InferenceRequest* out) {
+Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature, const ParsedInferRequest& parsed,
+                               const std::shared_ptr<const void>& owner, InferenceRequest* out) {
   const ModelSignature& model = *signature;
   const std::string model_text = "model " + quoted(model.name);
   const bool raw = !parsed.raw_input_contents.empty();
@@ -373,8 +412,8 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
   std::set<std::string_view> unexpected;
   for (size_t i = 0; i < parsed.inputs.size(); ++i) {
     const std::string_view name = parsed.inputs[i].name;
-    auto spec = std::find_if(model.inputs.begin(), model.inputs.end(),
-                             [&](const InputSignature& s) { return s.name == name; });
+    auto spec =
+        std::find_if(model.inputs.begin(), model.inputs.end(), [&](const InputSignature& s) { return s.name == name; });
     if (spec == model.inputs.end()) {
       unexpected.insert(name);
       continue;
@@ -428,7 +467,8 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
     }
     const int64_t elements = element_count(shape);
     // Beyond 2^56 elements no request can carry the bytes; refusing here keeps the sizes below exact.
-    if (elements < 0 || elements > (int64_t{1} << 56)) return invalid(where + ": shape " + shape_text(shape) + " has too many elements");
+    if (elements < 0 || elements > (int64_t{1} << 56))
+      return invalid(where + ": shape " + shape_text(shape) + " has too many elements");
 
     Tensor tensor;
     tensor.dtype = spec.dtype;
@@ -456,8 +496,8 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
     } else {
       const uint64_t need = static_cast<uint64_t>(elements) * element_size(spec.dtype);
       if (tensor.byte_size != need) {
-        return invalid(where + ": " + std::to_string(tensor.byte_size) + " bytes of data, shape " +
-                       shape_text(shape) + " of " + datatype_name(spec.dtype) + " needs " + std::to_string(need));
+        return invalid(where + ": " + std::to_string(tensor.byte_size) + " bytes of data, shape " + shape_text(shape) +
+                       " of " + datatype_name(spec.dtype) + " needs " + std::to_string(need));
       }
     }
     if (batch_size < 0) {

@@ -37,8 +37,8 @@ void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRe
   const uint64_t input_ns = ns_between(t.start, t.input_done);
   const uint64_t infer_ns = ns_between(t.input_done, t.infer_done);
   const uint64_t output_ns = ns_between(t.infer_done, t.output_done);
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now().time_since_epoch());
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
 
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.last_inference_ms = static_cast<uint64_t>(now_ms.count());

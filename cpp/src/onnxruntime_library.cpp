@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <onnxruntime_cxx_api.h>  // built with ORT_API_MANUAL_INIT: the API comes from Load
-
 #include <unistd.h>
 
 #include <atomic>
@@ -72,10 +71,10 @@ size_t utf8_sequence(const unsigned char* s) {
   for (size_t i = 1; i < length; ++i) {
     if ((s[i] & 0xC0) != 0x80) return 0;  // also stops at the terminating NUL
   }
-  if (c == 0xE0 && s[1] < 0xA0) return 0;                 // overlong
-  if (c == 0xED && s[1] >= 0xA0) return 0;                // surrogate
-  if (c == 0xF0 && s[1] < 0x90) return 0;                 // overlong
-  if (c == 0xF4 && s[1] >= 0x90) return 0;                // beyond U+10FFFF
+  if (c == 0xE0 && s[1] < 0xA0) return 0;   // overlong
+  if (c == 0xED && s[1] >= 0xA0) return 0;  // surrogate
+  if (c == 0xF0 && s[1] < 0x90) return 0;   // overlong
+  if (c == 0xF4 && s[1] >= 0x90) return 0;  // beyond U+10FFFF
   return length;
 }
 

@@ -33,7 +33,7 @@ void deallocate(const PooledBuffer& b) {
 
 struct PinnedBufferPool::State {
   std::mutex mutex;
-  Stats stats;                                                // guarded by mutex
+  Stats stats;                                               // guarded by mutex
   std::map<size_t, std::vector<PooledBuffer>> free_buffers;  // by size class; guarded by mutex
 
   // Requires mutex held. Frees cached buffers (largest first) until `needed` more bytes fit.

@@ -86,8 +86,8 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
   for (size_t i = 0; !request->checked && i < request->inputs.size(); ++i) {
     Status valid = validate_tensor(request->inputs[i]);
     if (!valid.ok()) {
-      return Status::Error(valid.code, "input " + std::to_string(i) + " of model '" + options_.model_name +
-                                           "': " + valid.message);
+      return Status::Error(valid.code,
+                           "input " + std::to_string(i) + " of model '" + options_.model_name + "': " + valid.message);
     }
   }
   Status status = batcher_.enqueue(std::move(request));

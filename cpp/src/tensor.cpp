@@ -67,7 +67,8 @@ Status validate_tensor(const Tensor& tensor) {
     return Status::Ok();
   }
   const int64_t count = element_count(tensor.shape);
-  if (count < 0) return Status::Error(StatusCode::kInvalidArgument, "tensor shape has a negative or too large dimension");
+  if (count < 0)
+    return Status::Error(StatusCode::kInvalidArgument, "tensor shape has a negative or too large dimension");
   if (tensor.byte_size > 0 && tensor.data == nullptr) {
     return Status::Error(StatusCode::kInvalidArgument, "tensor has a size but no data");
   }
@@ -77,9 +78,8 @@ Status validate_tensor(const Tensor& tensor) {
       return Status::Error(StatusCode::kInvalidArgument, "BYTES tensor has a truncated length prefix or element");
     }
     if (static_cast<int64_t>(offsets.size() - 1) != count) {
-      return Status::Error(StatusCode::kInvalidArgument,
-                           "BYTES tensor holds " + std::to_string(offsets.size() - 1) + " elements, shape needs " +
-                               std::to_string(count));
+      return Status::Error(StatusCode::kInvalidArgument, "BYTES tensor holds " + std::to_string(offsets.size() - 1) +
+                                                             " elements, shape needs " + std::to_string(count));
     }
     return Status::Ok();
   }

@@ -63,10 +63,14 @@ bool WireReader::skip(WireType type) {
   uint32_t ignored32 = 0;
   std::string_view ignored_bytes;
   switch (type) {
-    case WireType::kVarint: return read_varint(&ignored);
-    case WireType::kFixed64: return read_fixed64(&ignored);
-    case WireType::kFixed32: return read_fixed32(&ignored32);
-    case WireType::kLengthDelimited: return read_bytes(&ignored_bytes);
+    case WireType::kVarint:
+      return read_varint(&ignored);
+    case WireType::kFixed64:
+      return read_fixed64(&ignored);
+    case WireType::kFixed32:
+      return read_fixed32(&ignored32);
+    case WireType::kLengthDelimited:
+      return read_bytes(&ignored_bytes);
   }
   return false;
 }

@@ -16,8 +16,11 @@ std::unique_ptr<InferenceRequest> request_with_rows(int64_t rows, float first, i
   std::iota(values->begin(), values->end(), first);
   auto r = std::make_unique<InferenceRequest>();
   r->batch_size = rows;
-  r->inputs.push_back(Tensor{DataType::kFp32, {rows, width}, reinterpret_cast<const std::byte*>(values->data()),
-                             values->size() * sizeof(float), values});
+  r->inputs.push_back(Tensor{DataType::kFp32,
+                             {rows, width},
+                             reinterpret_cast<const std::byte*>(values->data()),
+                             values->size() * sizeof(float),
+                             values});
   return r;
 }
 
@@ -77,7 +80,8 @@ TEST_F(Batch, ScatterRejectsAnOutputWithTheWrongRowCount) {
   batch.push_back(request_with_rows(1, 0));
   batch.push_back(request_with_rows(2, 0));
   std::vector<float> v(4);
-  std::vector<Tensor> outputs{Tensor{DataType::kFp32, {2, 2}, reinterpret_cast<const std::byte*>(v.data()), 16, nullptr}};
+  std::vector<Tensor> outputs{
+      Tensor{DataType::kFp32, {2, 2}, reinterpret_cast<const std::byte*>(v.data()), 16, nullptr}};
   std::vector<std::vector<Tensor>> parts;
   EXPECT_EQ(scatter_outputs(outputs, batch, no_padding, &pool, &parts).code, StatusCode::kInternal);
 }

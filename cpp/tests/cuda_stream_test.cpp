@@ -113,7 +113,9 @@ TEST(CudaStream, CopiesInOppositeDirectionsOverlapOnTwoStreams) {
 
 TEST(DeviceBufferPool, ReusesFallsBackAndOutlivesThePool) {
   auto pool = std::make_unique<DeviceBufferPool>(test_device(), 64 << 10);
-  { auto a = pool->lease(10000); }  // 16 KiB class, back to the free list
+  {
+    auto a = pool->lease(10000);
+  }  // 16 KiB class, back to the free list
   auto b = pool->lease(12000);
   EXPECT_EQ(pool->stats().reuses, 1u);
   EXPECT_EQ(pool->stats().allocations, 1u);

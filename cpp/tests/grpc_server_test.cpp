@@ -5,10 +5,10 @@
 // from proto/grpc_service.proto. Every wait is bounded (kWait).
 #include "inferd/grpc_server.h"
 
-#include <gtest/gtest.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -164,17 +164,26 @@ bool parse_answer(std::string_view bytes, InferAnswer* out) {
     std::string_view value;
     if (!reader.read_bytes(&value)) return false;
     switch (field) {
-      case 1: out->model_name = std::string(value); break;
-      case 2: out->model_version = std::string(value); break;
-      case 3: out->id = std::string(value); break;
+      case 1:
+        out->model_name = std::string(value);
+        break;
+      case 2:
+        out->model_version = std::string(value);
+        break;
+      case 3:
+        out->id = std::string(value);
+        break;
       case 5: {
         OutputTensor tensor;
         if (!parse_output(value, &tensor)) return false;
         out->outputs.push_back(std::move(tensor));
         break;
       }
-      case 6: out->raw.emplace_back(value); break;
-      default: break;
+      case 6:
+        out->raw.emplace_back(value);
+        break;
+      default:
+        break;
     }
   }
   return true;
@@ -479,7 +488,7 @@ class FakeBackend {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, BackendReply> replies_;       // guarded by mutex_
-  std::vector<std::shared_ptr<ReceivedCall>> calls_;   // guarded by mutex_, and the records' fields
+  std::vector<std::shared_ptr<ReceivedCall>> calls_;  // guarded by mutex_, and the records' fields
   Service service_;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -833,8 +842,8 @@ class GrpcServerTest : public ::testing::Test {
     server_ = std::make_unique<GrpcServer>(options);
     ASSERT_EQ(server_->ports().size(), 1u);
     ASSERT_GT(server_->ports()[0], 0);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->ports()[0]),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->ports()[0]), grpc::InsecureChannelCredentials());
     stub_ = std::make_unique<grpc::GenericStub>(channel_);
   }
 
@@ -1000,8 +1009,8 @@ TEST_F(GrpcServerTest, ForwardedAnswerAndTrailingMetadataComeBackUnchanged) {
   reply.trailing = {{"x-backend", "yes"}};
   backend_->set_reply(method("ModelInfer"), reply);
   // An unknown model, and a version of add_one that the snapshot does not name.
-  for (const std::string& request : {infer_request("other", "y1", rows_from(1, 1), 1),
-                                     infer_request("add_one", "y2", rows_from(1, 1), 1, 4, "7")}) {
+  for (const std::string& request :
+       {infer_request("other", "y1", rows_from(1, 1), 1), infer_request("add_one", "y2", rows_from(1, 1), 1, 4, "7")}) {
     ClientResult r = unary(method("ModelInfer"), request);
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     EXPECT_EQ(r.body, reply.body);
@@ -1173,7 +1182,10 @@ TEST_F(GrpcServerTest, SnapshotMissesAreForwarded) {
   r = unary(method("ModelReady"), name_version("other"));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(parse_bool_answer(r.body), std::optional<bool>(true));  // the backend's word, not the snapshot's
-  const std::string malformed("\x0a\x09" "add", 5);  // a name cut short: Python says what is wrong
+  const std::string malformed(
+      "\x0a\x09"
+      "add",
+      5);  // a name cut short: Python says what is wrong
   r = unary(method("ModelReady"), malformed);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   // Calls the snapshot never answers.
@@ -1331,7 +1343,10 @@ TEST_F(GrpcServerTest, StreamInferAnswersEveryRequestWithItsId) {
 
 TEST_F(GrpcServerTest, StreamInferAnswersAMalformedMessageInErrorMessageAndGoesOn) {
   StreamClient stream(stub_.get(), method("ModelStreamInfer"));
-  const std::string malformed("\x0a\x05" "ab", 4);
+  const std::string malformed(
+      "\x0a\x05"
+      "ab",
+      4);
   const Status parse_error = check_request(nullptr, malformed);
   ASSERT_FALSE(parse_error.ok());
   stream.write(malformed);
@@ -1426,9 +1441,11 @@ TEST_F(GrpcServerTest, StreamInferWithTritonGrpcErrorEndsTheCallOnTheFirstError)
 
 TEST_F(GrpcServerTest, InvalidRequestBytesAreInvalidArgumentAndServingGoesOn) {
   const std::vector<std::string> invalid = {
-      std::string("\x0a\x05" "ab", 4),    // a model name longer than the message
-      ld(1, "\xff\xfe"),                  // a model name that is not UTF-8
-      std::string("\x80", 1),             // a key cut off
+      std::string("\x0a\x05"
+                  "ab",
+                  4),          // a model name longer than the message
+      ld(1, "\xff\xfe"),       // a model name that is not UTF-8
+      std::string("\x80", 1),  // a key cut off
   };
   for (const std::string& bytes : invalid) {
     const Status expected = check_request(nullptr, bytes);

@@ -29,7 +29,9 @@ std::string varint(uint64_t v) {
   out += static_cast<char>(v);
   return out;
 }
-std::string key(uint32_t field, int wire_type) { return varint((uint64_t{field} << 3) | static_cast<uint64_t>(wire_type)); }
+std::string key(uint32_t field, int wire_type) {
+  return varint((uint64_t{field} << 3) | static_cast<uint64_t>(wire_type));
+}
 std::string ld(uint32_t field, const std::string& payload) { return key(field, 2) + varint(payload.size()) + payload; }
 std::string vfield(uint32_t field, uint64_t v) { return key(field, 0) + varint(v); }
 std::string le32(uint32_t v) {
@@ -174,7 +176,7 @@ TEST(InferRequestParser, LengthPastTheEndIsRefused) {
 }
 
 TEST(InferRequestParser, GroupsAndUnknownWireTypesAreRefused) {
-  EXPECT_FALSE(parses(key(20, 3) + key(20, 4)));     // start group, end group
+  EXPECT_FALSE(parses(key(20, 3) + key(20, 4)));  // start group, end group
   EXPECT_FALSE(parses(key(20, 4)));
   EXPECT_FALSE(parses(ld(5, key(20, 3) + key(20, 4))));  // inside an input
   EXPECT_FALSE(parses(key(20, 6) + "x"));
@@ -204,16 +206,16 @@ TEST(InferRequestParser, ShapePackedUnpackedOrBoth) {
 
 TEST(InferRequestParser, StringFieldsMustBeUtf8) {
   EXPECT_TRUE(parses(ld(1, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80")));
-  for (const std::string bad : {"\xc3\x28", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff",
-                                "ab\xe2\x82"}) {
+  for (const std::string bad :
+       {"\xc3\x28", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "ab\xe2\x82"}) {
     SCOPED_TRACE(bad);
     EXPECT_FALSE(is_valid_utf8(bad));
-    EXPECT_FALSE(parses(ld(1, bad)));                              // model_name
-    EXPECT_FALSE(parses(ld(3, bad)));                              // id
-    EXPECT_FALSE(parses(ld(5, ld(2, bad))));                       // an input's datatype
-    EXPECT_FALSE(parses(ld(6, ld(1, bad))));                       // an output's name
-    EXPECT_FALSE(parses(parameter(4, bad, vfield(1, 1))));         // a parameter's key
-    EXPECT_FALSE(parses(parameter(4, "k", ld(3, bad))));           // a string parameter
+    EXPECT_FALSE(parses(ld(1, bad)));                       // model_name
+    EXPECT_FALSE(parses(ld(3, bad)));                       // id
+    EXPECT_FALSE(parses(ld(5, ld(2, bad))));                // an input's datatype
+    EXPECT_FALSE(parses(ld(6, ld(1, bad))));                // an output's name
+    EXPECT_FALSE(parses(parameter(4, bad, vfield(1, 1))));  // a parameter's key
+    EXPECT_FALSE(parses(parameter(4, "k", ld(3, bad))));    // a string parameter
   }
   // bytes fields are not text.
   EXPECT_TRUE(parses(ld(7, "\xff\xfe")));
@@ -300,7 +302,8 @@ TEST(InferRequestParser, TypedContentsOfEveryDatatype) {
       {"INT8", ld(2, svarint(-128) + varint(127)), std::string("\x80\x7f", 2)},
       {"INT16", ld(2, svarint(-32768) + varint(32767)), std::string("\x00\x80\xff\x7f", 4)},
       {"INT32", ld(2, svarint(-2) + varint(0x7fffffff)), le32(0xfffffffe) + le32(0x7fffffff)},
-      {"INT64", ld(3, svarint(-3) + varint(uint64_t{1} << 40)), le64(static_cast<uint64_t>(-3)) + le64(uint64_t{1} << 40)},
+      {"INT64", ld(3, svarint(-3) + varint(uint64_t{1} << 40)),
+       le64(static_cast<uint64_t>(-3)) + le64(uint64_t{1} << 40)},
       {"UINT8", ld(4, varint(0) + varint(255)), std::string("\x00\xff", 2)},
       {"UINT16", ld(4, varint(1) + varint(65535)), std::string("\x01\x00\xff\xff", 4)},
       {"UINT32", ld(4, varint(7) + varint(0xffffffff)), le32(7) + le32(0xffffffff)},
@@ -332,8 +335,8 @@ TEST(InferRequestParser, TypedContentsOfEveryDatatype) {
 TEST(InferRequestParser, TypedContentsOutOfRangeAreRefused) {
   const auto model = all_types_model();
   const std::vector<std::pair<const char*, std::string>> cases = {
-      {"INT8", ld(2, varint(128))},     {"INT8", ld(2, svarint(-129))},  {"INT16", ld(2, varint(32768))},
-      {"UINT8", ld(4, varint(256))},    {"UINT16", ld(4, varint(65536))}, {"UINT16", vfield(4, 70000)},
+      {"INT8", ld(2, varint(128))},  {"INT8", ld(2, svarint(-129))},   {"INT16", ld(2, varint(32768))},
+      {"UINT8", ld(4, varint(256))}, {"UINT16", ld(4, varint(65536))}, {"UINT16", vfield(4, 70000)},
   };
   for (const auto& [datatype, contents] : cases) {
     SCOPED_TRACE(datatype);
@@ -347,15 +350,15 @@ TEST(InferRequestParser, TypedContentsMustMatchTheDatatypeAndCount) {
   const auto model = all_types_model();
   auto refused = [&](const std::string& in) { return !build(model, ld(5, in))->status.ok(); };
   EXPECT_TRUE(refused(input("INT32", "INT32", {1, 2}, ld(5, ld(3, varint(1) + varint(2))))));  // int64_contents
-  EXPECT_TRUE(refused(input("INT32", "INT32", {1, 2}, ld(5, ld(2, varint(1))))));             // one value short
-  EXPECT_TRUE(refused(input("FP32", "FP32", {1, 1}, ld(5, ld(6, "abc")))));                   // not 4 bytes a value
-  EXPECT_TRUE(refused(input("FP32", "FP32", {1, 1}, ld(5, key(6, 1) + le64(0)))));            // fixed64 for fp32
-  EXPECT_TRUE(refused(input("INT32", "INT32", {1, 1}, ld(5, ld(2, "\x80")))));                // a varint cut off
-  EXPECT_TRUE(refused(input("FP16", "FP16", {1, 1}, ld(5, ld(6, le32(0))))));                 // FP16: raw only
+  EXPECT_TRUE(refused(input("INT32", "INT32", {1, 2}, ld(5, ld(2, varint(1))))));              // one value short
+  EXPECT_TRUE(refused(input("FP32", "FP32", {1, 1}, ld(5, ld(6, "abc")))));                    // not 4 bytes a value
+  EXPECT_TRUE(refused(input("FP32", "FP32", {1, 1}, ld(5, key(6, 1) + le64(0)))));             // fixed64 for fp32
+  EXPECT_TRUE(refused(input("INT32", "INT32", {1, 1}, ld(5, ld(2, "\x80")))));                 // a varint cut off
+  EXPECT_TRUE(refused(input("FP16", "FP16", {1, 1}, ld(5, ld(6, le32(0))))));                  // FP16: raw only
   EXPECT_TRUE(refused(input("BF16", "BF16", {1, 1}, ld(5, ""))));
-  EXPECT_TRUE(refused(input("BYTES", "BYTES", {1, 1}, ld(5, ld(8, "\xff")))));                // not UTF-8
-  EXPECT_TRUE(refused(input("INT32", "FP32", {1, 1}, ld(5, ld(6, le32(0))))));                // wrong datatype
-  EXPECT_TRUE(refused(input("INT32", "INT33", {1, 1}, ld(5, ld(2, varint(0))))));             // unknown datatype
+  EXPECT_TRUE(refused(input("BYTES", "BYTES", {1, 1}, ld(5, ld(8, "\xff")))));     // not UTF-8
+  EXPECT_TRUE(refused(input("INT32", "FP32", {1, 1}, ld(5, ld(6, le32(0))))));     // wrong datatype
+  EXPECT_TRUE(refused(input("INT32", "INT33", {1, 1}, ld(5, ld(2, varint(0))))));  // unknown datatype
 }
 
 // A packed int_contents run holding one varint of eleven bytes is malformed, not one value and a
@@ -417,14 +420,16 @@ TEST(InferRequestParser, BatchSizeMismatchIsRefused) {
   const auto model = batching_model();
   const std::string two = ld(2, varint(1) + varint(2) + varint(3) + varint(4));
   const std::string one = ld(2, varint(1) + varint(2));
-  auto mismatch = build(model, ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {1, 2}, ld(5, one))));
+  auto mismatch =
+      build(model, ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {1, 2}, ld(5, one))));
   EXPECT_EQ(mismatch->status.code, StatusCode::kInvalidArgument);
   EXPECT_NE(mismatch->status.message.find("batch size"), std::string::npos) << mismatch->status.message;
   auto too_many = build(model, ld(5, input("A", "INT32", {5, 2}, ld(5, two + two + one))) +
                                    ld(5, input("B", "INT32", {5, 2}, ld(5, two + two + one))));
   EXPECT_NE(too_many->status.message.find("max_batch_size"), std::string::npos) << too_many->status.message;
-  auto ok = build(model, ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {2, 2}, ld(5, two))) +
-                             ld(6, ld(1, "Y")) + parameter(4, "priority", vfield(2, 3)));
+  auto ok =
+      build(model, ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {2, 2}, ld(5, two))) +
+                       ld(6, ld(1, "Y")) + parameter(4, "priority", vfield(2, 3)));
   ASSERT_TRUE(ok->status.ok()) << ok->status.message;
   EXPECT_EQ(ok->request.batch_size, 2);
   EXPECT_EQ(ok->request.priority, 3u);
@@ -447,13 +452,20 @@ TEST(InferRequestParser, WriterMatchesHandComputedBytes) {
   std::vector<Tensor> outputs(2);
   outputs[0] = Tensor{DataType::kInt32, {2}, reinterpret_cast<const std::byte*>(y_data.data()), y_data.size(), nullptr};
   // The model answers z as [3, 1]; the protocol's dims are [-1]: the writer reshapes it back to [3].
-  outputs[1] = Tensor{DataType::kFp32, {3, 1}, reinterpret_cast<const std::byte*>(z_data.data()), z_data.size(), nullptr};
+  outputs[1] =
+      Tensor{DataType::kFp32, {3, 1}, reinterpret_cast<const std::byte*>(z_data.data()), z_data.size(), nullptr};
 
   // model_name, model_version, id; outputs y and z (name, datatype, packed shape); raw contents.
   const std::string y_meta = std::string("\x0a\x01y\x12\x05INT32\x1a\x01\x02", 13);
-  const std::string z_meta = std::string("\x0a\x01z\x12\x04" "FP32\x1a\x01\x03", 12);
-  const std::string expected = std::string("\x0a\x01m\x12\x01" "1\x1a\x01r", 9) + "\x2a\x0d" + y_meta + "\x2a\x0c" +
-                               z_meta + "\x32\x08" + y_data + "\x32\x0c" + z_data;
+  const std::string z_meta = std::string(
+      "\x0a\x01z\x12\x04"
+      "FP32\x1a\x01\x03",
+      12);
+  const std::string expected = std::string(
+                                   "\x0a\x01m\x12\x01"
+                                   "1\x1a\x01r",
+                                   9) +
+                               "\x2a\x0d" + y_meta + "\x2a\x0c" + z_meta + "\x32\x08" + y_data + "\x32\x0c" + z_data;
   ASSERT_EQ(expected.size(), 9u + 2 + 13 + 2 + 12 + 2 + 8 + 2 + 12);
   auto written = [&](bool stream) {
     const InferResponseWriter writer(request, outputs, stream);
@@ -468,7 +480,10 @@ TEST(InferRequestParser, WriterMatchesHandComputedBytes) {
 
   // Requested outputs: only those, in request order.
   request.requested_outputs = {0};
-  EXPECT_EQ(written(false), std::string("\x0a\x01m\x12\x01" "1\x1a\x01r", 9) + "\x2a\x0d" + y_meta + "\x32\x08" + y_data);
+  EXPECT_EQ(written(false), std::string("\x0a\x01m\x12\x01"
+                                        "1\x1a\x01r",
+                                        9) +
+                                "\x2a\x0d" + y_meta + "\x32\x08" + y_data);
 }
 
 TEST(InferRequestParser, WriterRefusesOutputsItCannotShow) {
@@ -501,12 +516,19 @@ TEST(InferRequestParser, WriterLeavesEmptyStringsOutButKeepsEmptyContents) {
   std::string out(writer.size(), '\0');
   writer.write(reinterpret_cast<std::byte*>(out.data()));
   // The shape [0] is one packed varint, 0; the empty contents are an empty bytes element.
-  EXPECT_EQ(out, std::string("\x0a\x01m\x2a\x0d\x0a\x01" "e\x12\x05" "BYTES\x1a\x01\x00\x32\x00", 20));
+  EXPECT_EQ(out, std::string("\x0a\x01m\x2a\x0d\x0a\x01"
+                             "e\x12\x05"
+                             "BYTES\x1a\x01\x00\x32\x00",
+                             20));
 }
 
 TEST(InferRequestParser, StreamErrorResponseBytes) {
-  EXPECT_EQ(stream_error_response("bad", "r"), std::string("\x0a\x03" "bad\x12\x03\x1a\x01r", 10));
-  EXPECT_EQ(stream_error_response("bad", ""), std::string("\x0a\x03" "bad\x12\x00", 7));
+  EXPECT_EQ(stream_error_response("bad", "r"), std::string("\x0a\x03"
+                                                           "bad\x12\x03\x1a\x01r",
+                                                           10));
+  EXPECT_EQ(stream_error_response("bad", ""), std::string("\x0a\x03"
+                                                          "bad\x12\x00",
+                                                          7));
 }
 
 }  // namespace

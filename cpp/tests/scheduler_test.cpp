@@ -1,7 +1,7 @@
 #include "inferd/scheduler.h"
 
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 
 #include <atomic>
@@ -25,8 +25,8 @@ class DoublingExecutor : public Executor {
     auto out = std::make_shared<std::vector<int32_t>>(in.byte_size / 4);
     const auto* src = reinterpret_cast<const int32_t*>(in.data);
     for (size_t i = 0; i < out->size(); ++i) (*out)[i] = src[i] * 2;
-    outputs->push_back(Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()),
-                              out->size() * 4, out});
+    outputs->push_back(
+        Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()), out->size() * 4, out});
     return Status::Ok();
   }
 
@@ -124,10 +124,9 @@ TEST(Scheduler, SubmitAfterShutdownIsUnavailableAndKeepsTheRequest) {
 }
 
 TEST(Scheduler, ShutdownWithQueuedRequestsAnswersEachOnce) {
-  for (auto [dynamic, mode] : {std::pair{false, Scheduler::ShutdownMode::kDrain},
-                               std::pair{false, Scheduler::ShutdownMode::kReject},
-                               std::pair{true, Scheduler::ShutdownMode::kDrain},
-                               std::pair{true, Scheduler::ShutdownMode::kReject}}) {
+  for (auto [dynamic, mode] :
+       {std::pair{false, Scheduler::ShutdownMode::kDrain}, std::pair{false, Scheduler::ShutdownMode::kReject},
+        std::pair{true, Scheduler::ShutdownMode::kDrain}, std::pair{true, Scheduler::ShutdownMode::kReject}}) {
     SCOPED_TRACE(dynamic ? "dynamic batching" : "one request a batch");
     auto queue = std::make_shared<CompletionQueue>();
     std::atomic<int> calls{0};
@@ -185,7 +184,8 @@ TEST(Scheduler, StatisticsCountRowsAsInferencesAndRequestsAsSuccesses) {
   auto request = std::make_unique<InferenceRequest>();
   request->token = 1;
   request->batch_size = 3;
-  request->inputs.push_back(Tensor{DataType::kInt32, {3, 1}, reinterpret_cast<const std::byte*>(values->data()), 12, values});
+  request->inputs.push_back(
+      Tensor{DataType::kInt32, {3, 1}, reinterpret_cast<const std::byte*>(values->data()), 12, values});
   ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
   ASSERT_EQ(collect(*queue, 1).size(), 1u);
   auto stats = scheduler.statistics();
@@ -218,7 +218,9 @@ TEST(Scheduler, LeavesNoThreadBehind) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
   // Warm-up: a sanitizer runtime may start a helper thread of its own at the first thread.
-  { Scheduler warm_up(options("m", 0), executors(1, &calls), queue, test_pool()); }
+  {
+    Scheduler warm_up(options("m", 0), executors(1, &calls), queue, test_pool());
+  }
   const size_t before = thread_count();
   {
     Scheduler scheduler(options("m", 0), executors(4, &calls), queue, test_pool());
@@ -271,8 +273,8 @@ class RecordingExecutor : public Executor {
     std::this_thread::sleep_for(skew_ && src[0] % 2 == 0 ? delay_ * 5 : delay_);
     auto out = std::make_shared<std::vector<int32_t>>(src, src + in.byte_size / 4);
     for (auto& v : *out) v *= 2;
-    outputs->push_back(Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()),
-                              out->size() * 4, out});
+    outputs->push_back(
+        Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()), out->size() * 4, out});
     return Status::Ok();
   }
 

@@ -17,24 +17,24 @@ namespace inferd {
 
 // What happens to one priority level's queued requests (Triton's ModelQueuePolicy).
 struct QueuePolicy {
-  bool delay_on_timeout = false;  // on timeout: true = DELAY (move behind), false = REJECT
-  uint64_t default_timeout_us = 0;  // 0 = requests never time out in the queue
+  bool delay_on_timeout = false;        // on timeout: true = DELAY (move behind), false = REJECT
+  uint64_t default_timeout_us = 0;      // 0 = requests never time out in the queue
   bool allow_timeout_override = false;  // a request's timeout_us may shorten the default
-  uint32_t max_queue_size = 0;  // 0 = unbounded; else enqueue past it is RESOURCE_EXHAUSTED
+  uint32_t max_queue_size = 0;          // 0 = unbounded; else enqueue past it is RESOURCE_EXHAUSTED
 };
 
 // Triton's dynamic_batching settings, plus `dynamic` = whether the section is there at all.
 struct BatcherOptions {
-  bool dynamic = false;            // false: every request is a batch of its own
-  int64_t max_batch_size = 0;      // rows per batch; 0 = the model does not batch
+  bool dynamic = false;        // false: every request is a batch of its own
+  int64_t max_batch_size = 0;  // rows per batch; 0 = the model does not batch
   std::vector<int64_t> preferred_batch_sizes;
   uint64_t max_queue_delay_us = 0;  // the most a batch waits for company (see DynamicBatcher); 0 = never
   uint32_t priority_levels = 0;     // 0 = one level
   uint32_t default_priority_level = 0;
   QueuePolicy default_queue_policy;
   std::map<uint32_t, QueuePolicy> level_queue_policies;  // overrides default_queue_policy per level
-  bool preserve_ordering = false;  // read by the scheduler
-  Padding padding;                 // padded inputs are bucketed by rank only
+  bool preserve_ordering = false;                        // read by the scheduler
+  Padding padding;                                       // padded inputs are bucketed by rank only
 };
 
 // A request the batcher took out of its queues unanswered, and the status to answer it with.

@@ -48,16 +48,25 @@ inline constexpr std::string_view kTraceSampledKey = "inferd-trace-sampled";
 bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled);
 
 // Which call a method is.
-enum class CallKind { kInfer, kStreamInfer, kServerLive, kServerReady, kModelReady, kModelMetadata, kModelConfig, kForwarded };
+enum class CallKind {
+  kInfer,
+  kStreamInfer,
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kModelMetadata,
+  kModelConfig,
+  kForwarded
+};
 CallKind call_kind(std::string_view method);
 
 // The reactor for one call; deletes itself.
 grpc::ServerGenericBidiReactor* create_call(grpc::GenericCallbackServerContext* context,
                                             std::shared_ptr<TransportContext> transport);
 grpc::ServerGenericBidiReactor* create_stream_infer_call(grpc::GenericCallbackServerContext* context,
-                                                        std::shared_ptr<TransportContext> transport);
+                                                         std::shared_ptr<TransportContext> transport);
 grpc::ServerGenericBidiReactor* create_forwarded_call(grpc::GenericCallbackServerContext* context,
-                                                     std::shared_ptr<TransportContext> transport);
+                                                      std::shared_ptr<TransportContext> transport);
 
 // --- shared by the reactors -----------------------------------------------------------------
 

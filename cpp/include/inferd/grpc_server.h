@@ -25,10 +25,10 @@ struct GrpcServerOptions {
   std::vector<std::string> addresses;
   // The Python gRPC server ("unix:PATH") that answers every call the core does not.
   std::string backend_address;
-  int max_message_bytes = -1;         // send and receive; -1 = gRPC's default
-  int keepalive_time_ms = 0;          // server pings on idle connections; 0 = gRPC's default (2 h)
-  int keepalive_timeout_ms = 0;       // 0 = gRPC's default (20 s)
-  int max_concurrent_streams = 0;     // per connection; 0 = unlimited
+  int max_message_bytes = -1;      // send and receive; -1 = gRPC's default
+  int keepalive_time_ms = 0;       // server pings on idle connections; 0 = gRPC's default (2 h)
+  int keepalive_timeout_ms = 0;    // 0 = gRPC's default (20 s)
+  int max_concurrent_streams = 0;  // per connection; 0 = unlimited
   // TLS on TCP addresses when both are set (PEM); Unix sockets stay plaintext (local, guarded by
   // the file's permissions). With a client CA, clients must present a certificate it signed.
   std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;

@@ -36,10 +36,10 @@ struct ContentsChunk {
 // What one request may hold, so that parsing it costs a bounded amount of memory beyond the bytes
 // received, however they are arranged (each bound is far above what a real request uses).
 struct ParseLimits {
-  static constexpr size_t kTensors = 4096;         // inputs, requested outputs and raw contents, each
-  static constexpr size_t kParameters = 4096;      // parameter entries, all maps together
-  static constexpr size_t kDims = 65536;           // shape dims, all inputs together
-  static constexpr size_t kContentsChunks = 65536; // contents stretches, all inputs together
+  static constexpr size_t kTensors = 4096;          // inputs, requested outputs and raw contents, each
+  static constexpr size_t kParameters = 4096;       // parameter entries, all maps together
+  static constexpr size_t kDims = 65536;            // shape dims, all inputs together
+  static constexpr size_t kContentsChunks = 65536;  // contents stretches, all inputs together
 };
 
 // ModelInferRequest.InferInputTensor, its strings and contents viewing the request's bytes.

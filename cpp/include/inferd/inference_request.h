@@ -35,11 +35,11 @@ struct InferenceRequest {
   uint32_t priority = 0;    // 1 = highest; 0 = the model's default level
   uint64_t timeout_us = 0;  // the request's queue timeout, when the policy lets it override; 0 = none
   Clock::time_point deadline = Clock::time_point::max();  // the caller's deadline
-  bool checked = false;     // inputs already checked against their shapes (build_inference_request)
+  bool checked = false;  // inputs already checked against their shapes (build_inference_request)
 
   // For a request that came as protocol bytes: what its answer is written from (null otherwise).
   std::shared_ptr<const ModelSignature> signature;
-  std::string id;                          // echoed in the answer
+  std::string id;                           // echoed in the answer
   std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
   bool stream = false;                      // answered as a ModelStreamInferResponse
   std::shared_ptr<CompletionSink> sink;     // null: the answer goes to the scheduler's CompletionQueue
@@ -47,8 +47,8 @@ struct InferenceRequest {
   // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};
   Clock::time_point timeout_at = Clock::time_point::max();  // the queue policy's timeout
-  uint64_t sequence = 0;            // enqueue order, for preserve_ordering
-  std::vector<int64_t> shape_key;   // non-batch dims of every input: requests batch when equal
+  uint64_t sequence = 0;                                    // enqueue order, for preserve_ordering
+  std::vector<int64_t> shape_key;                           // non-batch dims of every input: requests batch when equal
 };
 
 // How one request went through the core, on the steady clock (time_point{} = did not happen).

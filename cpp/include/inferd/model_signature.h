@@ -50,9 +50,8 @@ struct ModelSignature {
 // after their element counts were checked against the bytes received. On failure `out` must be
 // dropped. Thread-safe (reads only); never blocks. INVALID_ARGUMENT or UNIMPLEMENTED, with a
 // message naming the tensor.
-Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature,
-                               const ParsedInferRequest& parsed, const std::shared_ptr<const void>& owner,
-                               InferenceRequest* out);
+Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature, const ParsedInferRequest& parsed,
+                               const std::shared_ptr<const void>& owner, InferenceRequest* out);
 
 // `shape` with its non-batch dims replaced by `dims`, whose one -1 takes what is left of the
 // element count: the config's reshape, from the protocol's dims to the model's or back. Returns

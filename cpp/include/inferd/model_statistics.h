@@ -22,7 +22,7 @@ struct Duration {
 // A fixed-bucket latency histogram, for Prometheus: 100 µs .. 10 s. counts[i] counts values at
 // most kBoundsUs[i] (and above the bound before it); the last count is above every bound.
 struct LatencyHistogram {
-  static constexpr std::array<uint64_t, 12> kBoundsUs = {100,   250,   500,    1000,    2500,    5000,
+  static constexpr std::array<uint64_t, 12> kBoundsUs = {100,   250,   500,   1000,   2500,    5000,
                                                          10000, 25000, 50000, 100000, 1000000, 10000000};
   std::array<uint64_t, kBoundsUs.size() + 1> counts{};
   uint64_t sum_ns = 0;

@@ -13,9 +13,9 @@ namespace inferd {
 // goes, from whichever thread; freed instead if the pool is gone by then.
 struct PooledBuffer {
   std::byte* data = nullptr;
-  size_t size = 0;         // usable bytes: at least what was asked for
-  bool pinned = false;     // page-locked by the CUDA runtime (else page-aligned host memory)
-  bool pooled = true;      // false: a fallback allocation outside the pool's bound
+  size_t size = 0;      // usable bytes: at least what was asked for
+  bool pinned = false;  // page-locked by the CUDA runtime (else page-aligned host memory)
+  bool pooled = true;   // false: a fallback allocation outside the pool's bound
 };
 
 // Reusable host buffers for batch assembly, bounded in total bytes (Triton's
@@ -30,11 +30,11 @@ class PinnedBufferPool {
  public:
   struct Stats {
     uint64_t capacity_bytes = 0;
-    uint64_t pooled_bytes = 0;   // held by the pool: leased plus free
+    uint64_t pooled_bytes = 0;  // held by the pool: leased plus free
     uint64_t leased_bytes = 0;
-    uint64_t allocations = 0;    // buffers allocated for the pool
-    uint64_t reuses = 0;         // leases served from a free list
-    uint64_t fallbacks = 0;      // leases served outside the pool because it was full
+    uint64_t allocations = 0;  // buffers allocated for the pool
+    uint64_t reuses = 0;       // leases served from a free list
+    uint64_t fallbacks = 0;    // leases served outside the pool because it was full
     bool pinned = false;
   };
 

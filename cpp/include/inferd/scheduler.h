@@ -89,9 +89,9 @@ class Scheduler {
   ModelStatistics statistics_;
   std::atomic<uint64_t> next_batch_id_{1};
 
-  std::mutex order_mutex_;                 // with preserve_ordering only
-  uint64_t next_to_complete_ = 0;          // guarded by order_mutex_
-  std::map<uint64_t, Completion> held_;    // guarded by order_mutex_: done, waiting for earlier ones
+  std::mutex order_mutex_;               // with preserve_ordering only
+  uint64_t next_to_complete_ = 0;        // guarded by order_mutex_
+  std::map<uint64_t, Completion> held_;  // guarded by order_mutex_: done, waiting for earlier ones
 
   std::mutex shutdown_mutex_;         // serializes shutdown() callers
   std::vector<std::thread> workers_;  // guarded by shutdown_mutex_ after construction

@@ -23,7 +23,7 @@ namespace inferd {
 // core lets its request go, which happens on one of the scheduler's workers, and a scheduler
 // whose last owner went there would join that worker from itself.
 struct ModelRoute {
-  std::string model;    // the version's own name and number, for failure counts
+  std::string model;  // the version's own name and number, for failure counts
   std::string version;
   std::weak_ptr<Scheduler> scheduler;
   std::shared_ptr<const ModelSignature> signature;

@@ -11,12 +11,12 @@ enum class StatusCode : int {
   kOk = 0,
   kInvalidArgument = 1,
   kNotFound = 2,
-  kUnavailable = 3,          // not ready or shutting down: retry elsewhere
-  kResourceExhausted = 4,    // back-pressure (queue full): retry later
+  kUnavailable = 3,        // not ready or shutting down: retry elsewhere
+  kResourceExhausted = 4,  // back-pressure (queue full): retry later
   kDeadlineExceeded = 5,
   kCancelled = 6,
   kInternal = 7,
-  kUnimplemented = 8,        // a protocol feature inferd does not offer
+  kUnimplemented = 8,  // a protocol feature inferd does not offer
 };
 
 // A status code with a human-readable message; cheap to copy when ok.

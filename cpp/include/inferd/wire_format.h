@@ -45,9 +45,7 @@ class WireReader {
 size_t varint_size(uint64_t value);
 inline size_t tag_size(uint32_t field) { return varint_size(static_cast<uint64_t>(field) << 3); }
 // A length-delimited field (tag, length, payload) with a payload of `size` bytes.
-inline size_t length_delimited_size(uint32_t field, size_t size) {
-  return tag_size(field) + varint_size(size) + size;
-}
+inline size_t length_delimited_size(uint32_t field, size_t size) { return tag_size(field) + varint_size(size) + size; }
 
 // Writes into a buffer the caller sized with the functions above. Not thread-safe; never blocks.
 // Writing past the end is a programming error: checked with assert in debug builds.
