@@ -85,8 +85,15 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
     request->sequence = next_sequence_++;
     advance_estimate(now);
     if (busy()) rate_.count_arrival();  // it found company waiting or computing
+    const Clock::time_point expiry = std::min(request->deadline, request->timeout_at);
     target.waiting.push_back(std::move(request));
     ++size_;
+    if (expiry < expiry_watch_until_) {
+      // The expiry watcher sleeps past this one: wake it to sleep less (only then, so requests
+      // without a deadline or timeout never wake it).
+      expiry_watch_until_ = expiry;
+      expiry_changed_.notify_one();
+    }
   }
   changed_.notify_all();
   return Status::Ok();
@@ -226,6 +233,26 @@ bool DynamicBatcher::next_batch(std::vector<std::unique_ptr<InferenceRequest>>* 
   }
 }
 
+bool DynamicBatcher::next_expired(std::vector<Rejection>* rejected) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (closed_) return false;  // what is left leaves through next_batch or take_all
+    const auto now = Clock::now();
+    advance_estimate(now);
+    expire(now, rejected);
+    if (!rejected->empty()) {
+      expiry_watch_until_ = Clock::time_point::max();  // set again on the next call
+      return true;
+    }
+    expiry_watch_until_ = earliest_expiry();
+    if (expiry_watch_until_ == Clock::time_point::max()) {
+      expiry_changed_.wait(lock);
+    } else {
+      expiry_changed_.wait_until(lock, expiry_watch_until_);
+    }
+  }
+}
+
 std::unique_ptr<InferenceRequest> DynamicBatcher::cancel(uint64_t token) {
   std::unique_ptr<InferenceRequest> found;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -250,6 +277,7 @@ void DynamicBatcher::close() {
     closed_ = true;
   }
   changed_.notify_all();
+  expiry_changed_.notify_all();
 }
 
 std::vector<std::unique_ptr<InferenceRequest>> DynamicBatcher::take_all() {

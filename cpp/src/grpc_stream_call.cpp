@@ -98,8 +98,12 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       in_core = in_core_;
       for (const auto& [call, id] : forwarded_) forwarded.push_back(call);
     }
-    for (const auto& [token, route] : in_core) {
-      if (const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock()) scheduler->cancel(token);
+    // Past the stream's deadline the core answers its queued requests DEADLINE_EXCEEDED itself (as
+    // in InferCall::cancelled).
+    if (!deadline_passed(*context_)) {
+      for (const auto& [token, route] : in_core) {
+        if (const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock()) scheduler->cancel(token);
+      }
     }
     for (const auto& call : forwarded) call->context.TryCancel();
     std::unique_lock<std::mutex> lock(mutex_);

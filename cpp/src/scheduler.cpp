@@ -78,6 +78,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       workers_.emplace_back([this, executor, instance] { run_instance(executor, instance); });
     }
   }
+  workers_.emplace_back([this] { run_expiry_watch(); });
 }
 
 Scheduler::~Scheduler() { shutdown(ShutdownMode::kDrain); }
@@ -105,7 +106,7 @@ bool Scheduler::cancel(uint64_t token) {
 void Scheduler::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   batcher_.close();
-  if (mode == ShutdownMode::kReject || workers_.empty()) {
+  if (mode == ShutdownMode::kReject || instances_.empty()) {
     const Status status = Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded");
     for (auto& request : batcher_.take_all()) fail(std::move(request), status);
   }
@@ -125,6 +126,15 @@ bool Scheduler::take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch
     if (!batch->empty()) return true;
   }
   return false;
+}
+
+void Scheduler::run_expiry_watch() {
+  pthread_setname_np(pthread_self(), "inferd-expiry");
+  std::vector<Rejection> rejected;
+  while (batcher_.next_expired(&rejected)) {
+    for (auto& [request, status] : rejected) fail(std::move(request), status);
+    rejected.clear();
+  }
 }
 
 void Scheduler::run_instance(Executor* executor, uint32_t instance) {

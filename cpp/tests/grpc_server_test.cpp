@@ -1489,11 +1489,38 @@ TEST_F(GrpcServerTest, ADeadlinePassedWhileQueuedIsNotComputed) {
                     200ms);
   EXPECT_EQ(late.wait().status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(eventually([&] { return scheduler_->pending_requests() == 0; }));
+  // The core's deadline took it out, not grpc's cancellation at the same instant: it is counted as
+  // a missed deadline (without the deadline passed to the core it would wait and be computed).
+  using Count = std::tuple<std::string, std::string, int, uint64_t>;
+  EXPECT_TRUE(eventually([&] {
+    return failures() == std::vector<Count>{Count{"add_one", "1", static_cast<int>(StatusCode::kDeadlineExceeded), 1}};
+  }));
   log_.open_gate();
   ClientResult r = first.wait();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(log_.executions(), 1);
   EXPECT_FALSE(log_.computed_row_starting_with(3000));
+}
+
+// A stream's deadline reaches its queued requests the same way.
+TEST_F(GrpcServerTest, AStreamsDeadlineReachesItsQueuedRequests) {
+  log_.close_gate();
+  PendingUnary first(stub_.get(), method("ModelInfer"), infer_request("add_one", "first", rows_from(1000, 1), 1));
+  ASSERT_TRUE(log_.wait_executions(1));
+  {
+    StreamClient stream(stub_.get(), method("ModelStreamInfer"), {}, 200ms);
+    stream.write(infer_request("add_one", "late", rows_from(5000, 1), 1));
+    EXPECT_EQ(stream.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  EXPECT_TRUE(eventually([&] { return scheduler_->pending_requests() == 0; }));
+  using Count = std::tuple<std::string, std::string, int, uint64_t>;
+  EXPECT_TRUE(eventually([&] {
+    return failures() == std::vector<Count>{Count{"add_one", "1", static_cast<int>(StatusCode::kDeadlineExceeded), 1}};
+  }));
+  log_.open_gate();
+  ASSERT_TRUE(first.wait().status.ok());
+  EXPECT_EQ(log_.executions(), 1);
+  EXPECT_FALSE(log_.computed_row_starting_with(5000));
 }
 
 // A call cancelled while its batch computes is answered CANCELLED at once; the late result is

@@ -224,7 +224,7 @@ TEST(Scheduler, LeavesNoThreadBehind) {
   const size_t before = thread_count();
   {
     Scheduler scheduler(options("m", 0), executors(4, &calls), queue, test_pool());
-    EXPECT_EQ(thread_count(), before + 4);
+    EXPECT_EQ(thread_count(), before + 5);  // a worker per instance and the expiry thread
     ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());
   }  // destroyed without an explicit shutdown: drains and joins
   // A joined thread can stay listed in /proc for a moment while the kernel reaps it.
@@ -446,6 +446,41 @@ TEST(Scheduler, CancelAnswersAQueuedRequestWithoutRunningIt) {
   ASSERT_EQ(done.size(), 2u);
   EXPECT_TRUE(done.at(1).status.ok());
   EXPECT_EQ(done.at(2).status.code, StatusCode::kCancelled);
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_EQ(rows.size(), 1u);
+}
+
+}  // namespace
+}  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// A deadline or queue timeout that passes while the only instance computes is answered then, not
+// when the instance is free again (no worker is in the batcher to see it: the expiry thread is).
+TEST(Scheduler, ExpiriesAreAnsweredWhileEveryInstanceIsBusy) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<RecordingExecutor>(&rows, &mutex, std::chrono::milliseconds(600), false));
+  SchedulerOptions o = options("m", 1, /*dynamic=*/true);
+  o.batching.default_queue_policy.default_timeout_us = 50'000;  // REJECT after 50 ms
+  Scheduler scheduler(o, std::move(instances), queue, test_pool());
+  ASSERT_TRUE(scheduler.submit(int_request(1, 1)).ok());  // occupies the only instance for 600 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto start = Clock::now();
+  auto late = int_request(2, 2);
+  late->deadline = start + std::chrono::milliseconds(30);
+  ASSERT_TRUE(scheduler.submit(std::move(late)).ok());
+  ASSERT_TRUE(scheduler.submit(int_request(3, 3)).ok());  // only the queue timeout
+  auto done = collect(*queue, 2);
+  const auto waited = Clock::now() - start;
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done.at(2).status.code, StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(done.at(3).status.code, StatusCode::kUnavailable);
+  EXPECT_LT(waited, std::chrono::milliseconds(400));  // the busy batch is still running
+  EXPECT_EQ(collect(*queue, 1).count(1), 1u);
   std::lock_guard<std::mutex> lock(mutex);
   EXPECT_EQ(rows.size(), 1u);
 }

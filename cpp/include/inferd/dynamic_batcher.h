@@ -86,7 +86,8 @@ class BusyArrivalRate {
 // A being the decayed count of busy arrivals when it stopped (about rate * kMemory).
 // Requests whose caller's deadline passes in the queue are answered DEADLINE_EXCEEDED; those whose
 // queue timeout passes are rejected (UNAVAILABLE) or, with DELAY, moved behind every waiting
-// request of their level.
+// request of their level. Both happen at that time even while every taker is busy computing: an
+// expiry watcher (next_expired) sleeps until the earliest one.
 // Invariant: a request is in exactly one queue, or handed out exactly once (batch, rejection or
 // cancel). Every method is thread-safe: all state, the estimate included, is guarded by one
 // mutex (no atomics, so no memory-ordering subtleties).
@@ -104,6 +105,10 @@ class DynamicBatcher {
   // taken to mean its caller is free again: the batch it took last, if any, has finished running.
   bool next_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch, std::vector<Rejection>* rejected);
 
+  // For one expiry-watching thread: blocks until queued requests' deadlines or queue timeouts pass
+  // and moves them into `rejected` (true), so they are answered when due although every
+  // next_batch caller is busy computing; false once closed. Requests without either never wake it.
+  bool next_expired(std::vector<Rejection>* rejected);
   // Takes the request with `token` out of the queues; nullptr if it is not waiting (running or done).
   std::unique_ptr<InferenceRequest> cancel(uint64_t token);
 
@@ -146,12 +151,16 @@ class DynamicBatcher {
   const BatcherOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<Level> levels_;   // guarded by mutex_; index 0 = priority 1
-  size_t size_ = 0;             // guarded by mutex_
-  uint64_t next_sequence_ = 0;  // guarded by mutex_
-  bool closed_ = false;         // guarded by mutex_
-  size_t batches_out_ = 0;      // guarded by mutex_: handed out, their takers not back yet
-  BusyArrivalRate rate_;        // guarded by mutex_
+  std::condition_variable expiry_changed_;  // wakes the expiry watcher only
+  std::vector<Level> levels_;               // guarded by mutex_; index 0 = priority 1
+  size_t size_ = 0;                         // guarded by mutex_
+  uint64_t next_sequence_ = 0;              // guarded by mutex_
+  bool closed_ = false;                     // guarded by mutex_
+  size_t batches_out_ = 0;                  // guarded by mutex_: handed out, their takers not back yet
+  BusyArrivalRate rate_;                    // guarded by mutex_
+  // Guarded by mutex_: when the expiry watcher wakes next (max: it waits to be woken); an earlier
+  // expiry enqueued wakes it.
+  Clock::time_point expiry_watch_until_ = Clock::time_point::max();
 };
 
 }  // namespace inferd

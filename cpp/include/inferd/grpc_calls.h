@@ -92,6 +92,9 @@ bool write_answer(const InferenceRequest& request, const std::vector<Tensor>& ou
 
 // The call's deadline on the core's clock (max = none).
 Clock::time_point core_deadline(const grpc::ServerContextBase& context);
+// Whether the call's deadline has passed (give or take grpc's timer slack): a cancellation then
+// is the deadline's, which the core answers itself.
+bool deadline_passed(const grpc::ServerContextBase& context);
 
 // One call to the backend with one message each way; `done` runs on a grpc thread with the
 // status. Copies the caller's metadata and deadline.

@@ -26,7 +26,8 @@ struct SchedulerOptions {
 // Runs one model version: its DynamicBatcher and one worker thread per executor instance. Each
 // worker, when free, takes the next batch from the batcher, gathers its inputs into a buffer from
 // the pinned pool, runs its executor, scatters the outputs back per request and completes them.
-// With several instances, one assembles its batch while another computes. A pipelined executor
+// With several instances, one assembles its batch while another computes. An expiry thread
+// answers requests whose deadline or queue timeout passes while every worker is busy. A pipelined executor
 // (Executor::pipelined) also gets a stager thread, which takes, gathers and stages batch N+1
 // while the worker computes batch N; the two meet in a one-batch handoff.
 //
@@ -74,6 +75,8 @@ class Scheduler {
   bool take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void run_instance(Executor* executor, uint32_t instance);
   void run_pipelined_instance(Executor* executor, uint32_t instance);
+  // Answers requests whose deadline or queue timeout passes while every worker is busy.
+  void run_expiry_watch();
   StagedBatch stage_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
@@ -94,7 +97,7 @@ class Scheduler {
   std::map<uint64_t, Completion> held_;  // guarded by order_mutex_: done, waiting for earlier ones
 
   std::mutex shutdown_mutex_;         // serializes shutdown() callers
-  std::vector<std::thread> workers_;  // guarded by shutdown_mutex_ after construction
+  std::vector<std::thread> workers_;  // guarded by shutdown_mutex_ after construction; + the expiry thread
 };
 
 }  // namespace inferd
