@@ -23,6 +23,7 @@ from inferd.batching.cuda import (
     DeviceBufferPool,
     pinned_array,
 )
+from inferd.batching.executor import Executor, StagingExecutor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -35,10 +36,12 @@ __all__ = [
     "CudaStream",
     "DeviceBuffer",
     "DeviceBufferPool",
+    "Executor",
     "HostBufferPool",
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
+    "StagingExecutor",
     "TensorSignature",
     "WireRequest",
     "core_signature",

@@ -15,10 +15,10 @@ from dataclasses import fields
 from typing import Any, NamedTuple, Protocol
 
 import inferd._core as _core
+from inferd.batching.executor import Executor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
-from inferd.executors.base import Executor
 
 # (core datatype code, shape, buffer): a tensor as the core takes it.
 CoreTensor = tuple[int, Sequence[int], Any]

@@ -1,6 +1,10 @@
-"""Executors run one model instance on one batch; the core calls them from its worker threads."""
+"""Executors run one model instance on one batch; the core calls them from its worker threads.
+What it needs of them: ``inferd.batching.Executor`` (``StagingExecutor`` for pipelined ones)."""
 
-from inferd.executors.base import Executor
-from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.executors.onnxruntime import (
+    OnnxRuntimeExecutor,
+    OnnxRuntimeOptions,
+    StagingOnnxRuntimeExecutor,
+)
 
-__all__ = ["Executor", "OnnxRuntimeExecutor", "OnnxRuntimeOptions"]
+__all__ = ["OnnxRuntimeExecutor", "OnnxRuntimeOptions", "StagingOnnxRuntimeExecutor"]

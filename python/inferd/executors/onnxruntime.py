@@ -11,18 +11,16 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import structlog
 
+from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import InvalidArgument, ModelLoadError
+from inferd.executors.iobinding import IoBindingRunner
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
 from inferd.repository.layout import model_file_label, without_model_dir
-
-if TYPE_CHECKING:  # at run time, imported where needed: inferd.batching imports executors.base
-    from inferd.batching import HostBufferPool
-    from inferd.executors.iobinding import IoBindingRunner
 
 log = structlog.get_logger(__name__)
 
@@ -126,7 +124,7 @@ def load_failure(model: str, model_path: Path, reason: str) -> ModelLoadError:
 
 class OnnxRuntimeExecutor:
     """Runs an ONNX model with ONNX Runtime: the CPU provider, or CUDA (and TensorRT) for an
-    instance placed on a GPU. See ``inferd.executors.base.Executor``. ``model``, the model's
+    instance placed on a GPU. See ``inferd.batching.Executor``. ``model``, the model's
     name, makes load failures name the model and version rather than ``model_path``.
 
     ONNX Runtime's Python API takes strings as ``str``, so BYTES inputs must be UTF-8 (anything
@@ -159,8 +157,6 @@ class OnnxRuntimeExecutor:
         placement = placement or InstancePlacement("cpu")
         stream = None
         if placement.on_gpu:
-            from inferd.batching import CudaStream  # deferred: batching imports executors.base
-
             stream = CudaStream(placement.device_id)
         providers = onnxruntime_providers(
             placement,
@@ -198,14 +194,6 @@ class OnnxRuntimeExecutor:
             self._gpu = _gpu_runner(
                 ort, self._session, stream, host_pool, output_names, types, device_pool_bytes
             )
-            # Only a GPU instance is pipelined: the core looks for a `stage` attribute.
-            self.stage = self._stage_on_gpu
-
-    def _stage_on_gpu(self, inputs: list[np.ndarray | None]) -> None:
-        assert self._gpu is not None
-        self._gpu.stage(
-            [(n, a) for n, a in zip(self._input_names, inputs, strict=True) if a is not None]
-        )
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         # An optional input left out (None) is not fed: the model's initializer stands in.
@@ -240,18 +228,57 @@ class OnnxRuntimeExecutor:
         del self._session
 
 
+class StagingOnnxRuntimeExecutor(OnnxRuntimeExecutor):
+    """A GPU instance of ``OnnxRuntimeExecutor`` whose batches the core pipelines (see
+    ``inferd.batching.StagingExecutor``): ``stage`` queues a batch's input copies on the copy
+    stream one batch ahead. Only GPU instances are made of this class, so a CPU instance has no
+    ``stage`` for the core to call. An ``OnnxRuntimeExecutor`` on a GPU, used on its own, copies
+    its inputs inline instead."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        input_names: list[str],
+        output_names: list[str],
+        options: OnnxRuntimeOptions,
+        *,
+        placement: InstancePlacement,
+        accelerator: GpuAccelerator | None = None,
+        host_pool: HostBufferPool | None = None,
+        device_pool_bytes: int = 256 << 20,
+        model: str = "",
+    ) -> None:
+        if not placement.on_gpu:
+            raise ValueError(f"instance {placement.group!r} is not on a GPU: nothing to stage")
+        super().__init__(
+            model_path,
+            input_names,
+            output_names,
+            options,
+            placement=placement,
+            accelerator=accelerator,
+            host_pool=host_pool,
+            device_pool_bytes=device_pool_bytes,
+            model=model,
+        )
+
+    def stage(self, inputs: list[np.ndarray | None]) -> None:
+        """Queues the copies of a batch's inputs one batch ahead (the core's stager thread)."""
+        assert self._gpu is not None  # a GPU placement, checked above
+        self._gpu.stage(
+            [(n, a) for n, a in zip(self._input_names, inputs, strict=True) if a is not None]
+        )
+
+
 def _gpu_runner(
     ort: Any,
     session: Any,
-    stream: Any,
-    host_pool: Any,
+    stream: CudaStream,
+    host_pool: HostBufferPool | None,
     output_names: list[str],
     types: dict[str, str],
     device_pool_bytes: int,
 ) -> IoBindingRunner:
-    from inferd.batching import DeviceBufferPool
-    from inferd.executors.iobinding import IoBindingRunner
-
     refused = sorted(n for n, t in types.items() if t in ("tensor(string)", "tensor(bfloat16)"))
     if refused:
         raise ModelLoadError(

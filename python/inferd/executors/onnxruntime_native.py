@@ -60,7 +60,7 @@ def native_onnxruntime() -> NativeOnnxRuntime:
 
 class NativeOnnxRuntimeExecutor:
     """Runs an ONNX model with ONNX Runtime's CPU provider in the core. See
-    ``inferd.executors.base.Executor``; ``core_session`` is what the core's scheduler runs (the
+    ``inferd.batching.Executor``; ``core_session`` is what the core's scheduler runs (the
     scheduler then never calls ``execute``, which is here for warm-up).
 
     ONNX Runtime's C API takes any bytes as a string element; requests whose BYTES are not UTF-8

@@ -10,9 +10,13 @@ from typing import Any
 
 import structlog
 
+from inferd.batching import CudaStream, DeviceBufferPool, Executor, HostBufferPool
 from inferd.errors import ModelLoadError
-from inferd.executors.base import Executor
-from inferd.executors.onnxruntime import OnnxRuntimeExecutor, OnnxRuntimeOptions
+from inferd.executors.onnxruntime import (
+    OnnxRuntimeExecutor,
+    OnnxRuntimeOptions,
+    StagingOnnxRuntimeExecutor,
+)
 from inferd.executors.onnxruntime_native import (
     NativeOnnxRuntimeExecutor,
     native_onnxruntime,
@@ -44,7 +48,7 @@ def create_executors(
     placements: list[InstancePlacement],
     accelerator: GpuAccelerator | None,
     ort_options: OnnxRuntimeOptions,
-    host_pool: Any,
+    host_pool: HostBufferPool,
     engine_cache_dir: Path,
 ) -> list[Executor]:
     """One executor per placement; on failure, the ones already made are closed."""
@@ -69,8 +73,10 @@ def create_executors(
                         )
                     )
                     continue
+                # A GPU instance is pipelined (StagingExecutor); a CPU one has nothing to stage.
+                kind = StagingOnnxRuntimeExecutor if placement.on_gpu else OnnxRuntimeExecutor
                 executors.append(
-                    OnnxRuntimeExecutor(
+                    kind(
                         model_file,
                         inputs,
                         outputs,
@@ -89,8 +95,6 @@ def create_executors(
             )
         trt = _import_tensorrt(config.name)
         engine = _engine_bytes(trt, config, model_file, accelerator, engine_cache_dir, placements)
-        from inferd.batching import CudaStream, DeviceBufferPool  # deferred: imports executors
-
         for placement in placements:
             stream = CudaStream(placement.device_id)
             executors.append(

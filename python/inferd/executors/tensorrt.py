@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
+from inferd.executors.staging import InputStager, copy_back
 
 
 def optimization_profile(max_batch_size: int, preferred: list[int]) -> tuple[int, int, int]:
@@ -110,7 +112,8 @@ def cached_engine(path: Path, build: Any) -> bytes:
 
 
 class TensorRtExecutor:
-    """One TensorRT execution context on one instance stream. See ``Executor``."""
+    """One TensorRT execution context on one instance stream, pipelined: a
+    ``inferd.batching.StagingExecutor``."""
 
     def __init__(
         self,
@@ -118,14 +121,10 @@ class TensorRtExecutor:
         engine_bytes: bytes,
         input_names: list[str],
         output_names: list[str],
-        stream: Any,
-        device_pool: Any,
-        host_pool: Any,
+        stream: CudaStream,
+        device_pool: DeviceBufferPool,
+        host_pool: HostBufferPool,
     ) -> None:
-        # Deferred: staging imports inferd.batching, which imports executors.base.
-        from inferd.executors.staging import InputStager, copy_back
-
-        self._copy_back = copy_back
         self._trt = trt
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self._engine = runtime.deserialize_cuda_engine(engine_bytes)
@@ -187,7 +186,7 @@ class TensorRtExecutor:
             outputs.append((buffer.ptr, shape, dtype))
         if not self._context.execute_async_v3(self._stream.handle):
             raise Internal("TensorRT failed to enqueue the batch")
-        results = self._copy_back(self._stream, self._host_pool, outputs)
+        results = copy_back(self._stream, self._host_pool, outputs)
         del leased, staged
         return results
 

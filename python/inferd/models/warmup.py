@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from inferd.batching import Executor
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import ModelLoadError
-from inferd.executors import Executor
 
 WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as in Triton
 

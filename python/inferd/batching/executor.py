@@ -1,0 +1,41 @@
+"""What the core needs from an executor: the protocols its schedulers run model instances through.
+
+They live beside the scheduler that calls them, so that the executors (which use the core's CUDA
+streams and buffer pools) depend on the batching layer and never the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class Executor(Protocol):
+    """One model instance. The core calls ``execute`` from one worker thread at a time.
+
+    ``inputs`` come in the config's input order, batch along dim 0 when the model batches; BYTES
+    inputs are object arrays of ``bytes``, BF16 inputs uint16 arrays of raw bits, and an optional
+    input the batch's requests left out is None. The result is
+    every output in the config's output order, as arrays of the declared types (BYTES: object
+    arrays of ``bytes`` or ``str``; BF16: uint16). Raise an ``inferd.errors`` error to answer the
+    batch with its code; anything else becomes INTERNAL. Release the GIL while computing.
+    """
+
+    def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]: ...
+
+    def close(self) -> None:
+        """Free the instance's resources. Called once, after the last ``execute``."""
+
+
+class StagingExecutor(Executor, Protocol):
+    """An executor whose batches are pipelined: the core's stager thread calls ``stage`` with a
+    batch's inputs (as ``execute`` takes them) one batch ahead of ``execute``, in the order the
+    batches are then executed, so the input copies of the next batch overlap this one's compute.
+    An error raised by ``stage`` answers that batch, which is then not executed.
+
+    Optional: the core looks the method up once per instance (``hasattr``), so an executor that
+    has nothing to stage (a CPU instance) defines no ``stage`` and costs nothing for it.
+    """
+
+    def stage(self, inputs: list[np.ndarray | None]) -> None: ...
