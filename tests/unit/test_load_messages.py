@@ -22,7 +22,7 @@ from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions, selection
 from inferd.executors.onnxruntime_native import NativeOnnxRuntimeExecutor, native_onnxruntime
-from inferd.models import ModelRegistry, ModelState
+from inferd.models import ModelRegistry, ModelState, ModelVersionBuilder
 from inferd.repository import InstancePlacement, ModelRepository, instance_placements
 
 OPTIONS = OnnxRuntimeOptions(1, 1)
@@ -287,7 +287,7 @@ async def test_a_surprise_during_a_versions_load_is_told_without_paths(
     def fail(*args: Any, **kwargs: Any) -> None:
         raise OSError(f"[Errno 5] Input/output error: '{version_dir / 'warmup' / 'x.bin'}'")
 
-    monkeypatch.setattr(ModelRegistry, "_load_version", fail)
+    monkeypatch.setattr(ModelVersionBuilder, "_build_version", fail)
     message = await failed_load(repository, "surprised")
     assert message.startswith("model 'surprised' version 1: OSError: ")
     assert "1/warmup/x.bin" in message

@@ -22,7 +22,7 @@ from inferd.batching import (
 )
 from inferd.datatypes import DATATYPES, Datatype
 from inferd.errors import InvalidArgument, Unimplemented
-from inferd.models.registry import TensorSpec
+from inferd.models import TensorSpec
 
 # The protocol's statement of which InferTensorContents field carries each datatype (FP16 and
 # BF16 have none), written out here rather than imported so that a wrong mapping fails the test.

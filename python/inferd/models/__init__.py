@@ -1,5 +1,14 @@
 """Model lifecycle: loading versions from the repository into executors and schedulers."""
 
-from inferd.models.registry import LoadedModel, ModelRegistry, ModelState, ModelStatus, TensorSpec
+from inferd.models.builder import ModelVersionBuilder
+from inferd.models.loaded import LoadedModel, TensorSpec
+from inferd.models.registry import ModelRegistry, ModelState, ModelStatus
 
-__all__ = ["LoadedModel", "ModelRegistry", "ModelState", "ModelStatus", "TensorSpec"]
+__all__ = [
+    "LoadedModel",
+    "ModelRegistry",
+    "ModelState",
+    "ModelStatus",
+    "ModelVersionBuilder",
+    "TensorSpec",
+]

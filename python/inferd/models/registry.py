@@ -1,14 +1,14 @@
-"""Which model versions are loaded, and the loading, reloading and unloading itself.
+"""Which model versions are loaded and in what state, and the transitions between states:
+loading, reloading (a swap once the new versions are ready) and unloading (a drain).
 
-Each version gets its own executors and core scheduler. What loads when is the model control
-mode's business (``inferd.models.control``).
+Building a version (its config, executors, warm-up and scheduler) is ``inferd.models.builder``'s
+business; what loads when is the model control mode's (``inferd.models.control``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,29 +16,12 @@ from typing import Any
 
 import structlog
 
-from inferd.batching import (
-    CompletionDispatcher,
-    HostBufferPool,
-    ModelScheduler,
-    core_signature,
-    cuda_device_count,
-    cuda_runtime_description,
-)
-from inferd.datatypes import BY_CONFIG_TYPE, Datatype
-from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
+from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.errors import InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
-from inferd.executors.selection import create_executors
-from inferd.models.warmup import warm_up, warmup_samples
-from inferd.repository import (
-    ModelRepository,
-    batching_policy,
-    gpu_accelerator,
-    instance_placements,
-    load_model_config,
-    model_filename,
-    stated_config,
-)
-from inferd.repository.layout import without_model_dir
+from inferd.models.builder import ModelVersionBuilder
+from inferd.models.loaded import LoadedModel
+from inferd.repository import ModelRepository
 
 log = structlog.get_logger(__name__)
 
@@ -53,57 +36,11 @@ class ModelState(enum.Enum):
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """An input or output as the completed config declares it (dims exclude the batch dim)."""
-
-    name: str
-    datatype: Datatype
-    dims: tuple[int, ...]
-    reshape: tuple[int, ...] | None = None  # the model's dims, when they differ from the API's
-    optional: bool = False  # an input a request may leave out
-
-
-@dataclass
-class LoadedModel:
-    """One ready model version: its completed config, its tensors and its core scheduler."""
-
-    name: str
-    version: int
-    config: Any  # model_config_pb2.ModelConfig
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
-    scheduler: ModelScheduler
-
-    @property
-    def max_batch_size(self) -> int:
-        return int(self.config.max_batch_size)
-
-
-@dataclass(frozen=True)
 class ModelStatus:
     name: str
     version: str  # "" when the failure came before any version was known
     state: ModelState
     reason: str = ""
-
-
-def _specs(tensors: Any) -> list[TensorSpec]:
-    return [
-        TensorSpec(
-            t.name,
-            BY_CONFIG_TYPE[t.data_type],
-            tuple(t.dims),
-            tuple(t.reshape.shape) if t.HasField("reshape") else None,
-            bool(getattr(t, "optional", False)),  # outputs have no such field
-        )
-        for t in tensors
-    ]
-
-
-def default_engine_cache_dir() -> Path:
-    """Where TensorRT engines built at load time are kept: $XDG_CACHE_HOME/inferd/engines."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "inferd" / "engines"
 
 
 def _log_freed(model: LoadedModel) -> None:
@@ -113,17 +50,6 @@ def _log_freed(model: LoadedModel) -> None:
         version=model.version,
         executors_closed=len(model.scheduler.executors),
     )
-
-
-def _selected_versions(config: Any, available: list[int]) -> list[int]:
-    policy = config.version_policy
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return available
-    if choice == "specific":
-        return [v for v in available if v in set(policy.specific.versions)]
-    count = policy.latest.num_versions if choice == "latest" else 1
-    return available[-max(count, 1) :]
 
 
 class ModelRegistry:
@@ -147,11 +73,14 @@ class ModelRegistry:
         engine_cache_dir: Path | None = None,
     ) -> None:
         self._repository = repository
-        self._dispatcher = dispatcher
-        self._pool = pool
-        self._default_max_batch_size = default_max_batch_size
-        self._ort_options = onnxruntime_options
-        self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
+        self._builder = ModelVersionBuilder(
+            repository,
+            dispatcher,
+            pool,
+            default_max_batch_size=default_max_batch_size,
+            onnxruntime_options=onnxruntime_options,
+            engine_cache_dir=engine_cache_dir,
+        )
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
@@ -189,7 +118,7 @@ class ModelRegistry:
         for name in self._repository.model_names() if names is None else names:
             self._wanted.add(name)
             try:
-                self._install(name, self._build(name, None))
+                self._install(name, self._builder.build(name, None))
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._load_failed(name)
@@ -206,7 +135,7 @@ class ModelRegistry:
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.LOADING)
             loop = asyncio.get_running_loop()
             try:
-                built = await loop.run_in_executor(None, self._build, name, override)
+                built = await loop.run_in_executor(None, self._builder.build, name, override)
             except InferdError as e:
                 # The caller is told; the log keeps the reason. Not an error of the server's.
                 log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
@@ -263,84 +192,6 @@ class ModelRegistry:
             )
         self._changed()
         return old
-
-    def _build(self, name: str, override: Any | None) -> dict[int, LoadedModel]:
-        """Builds every version the policy selects, warmed up; nothing is installed. Blocking:
-        runs on a worker thread. Raises (after freeing what it built) if any version fails."""
-        available = self._repository.versions(name)
-        if not available:
-            raise ModelLoadError(f"model {name!r} has no numeric version folder")
-        config_path = self._repository.config_path(name)
-        # The newest version's model completes the config (Triton does the same).
-        stated = stated_config(config_path, override, name=name)
-        newest_file = self._repository.model_file(name, available[-1], model_filename(stated))
-        config = load_model_config(
-            name,
-            config_path,
-            newest_file,
-            default_max_batch_size=self._default_max_batch_size,
-            override=override,
-            gpu_count=cuda_device_count(),
-        )
-        versions = _selected_versions(config, available)
-        if not versions:
-            raise ModelLoadError(f"model {name!r}: the version policy selects none of {available}")
-        built: dict[int, LoadedModel] = {}
-        try:
-            for version in versions:
-                try:
-                    built[version] = self._load_version(name, version, config)
-                except InferdError:
-                    raise
-                except Exception as e:  # a model file or library surprise: a failed load
-                    log.exception("unexpected error while loading", model=name, version=version)
-                    # The client's message names files relative to the model's folder (no checks
-                    # here: the file may be what went wrong).
-                    model_dir = self._repository.model_dir(name)
-                    version_file = model_dir / str(version) / model_filename(config)
-                    reason = without_model_dir(str(e), version_file)
-                    raise ModelLoadError(
-                        f"model {name!r} version {version}: {type(e).__name__}: {reason}"
-                    ) from e
-        except BaseException:
-            for model in built.values():
-                model.scheduler.close_now()
-            raise
-        return built
-
-    def _load_version(self, name: str, version: int, config: Any) -> LoadedModel:
-        model_file = self._repository.model_file(name, version, model_filename(config))
-        policy = batching_policy(config)
-        parameters = {k: v.string_value for k, v in config.parameters.items()}
-        options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
-        inputs, outputs = _specs(config.input), _specs(config.output)
-        placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
-        accelerator = gpu_accelerator(config)
-        executors = create_executors(
-            config,
-            model_file,
-            placements,
-            accelerator,
-            options,
-            self._pool,
-            self._engine_cache_dir,
-        )
-        try:
-            # Before the version is ready: every instance runs the config's warm-up samples.
-            warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
-        except BaseException:
-            for executor in executors:
-                executor.close()
-            raise
-        scheduler = ModelScheduler(
-            self._dispatcher,
-            self._pool,
-            core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
-            policy,
-            executors,
-            [t.datatype.config_type for t in outputs],
-        )
-        return LoadedModel(name, version, config, inputs, outputs, scheduler)
 
     def get(self, name: str, version: str = "") -> LoadedModel:
         """The ready version asked for, or the highest ready one when ``version`` is empty."""

@@ -1,0 +1,168 @@
+"""Building a model's versions from the repository: its config completed, the versions its
+version policy selects, each with its executors (one per instance), warmed up, and its core
+scheduler. Nothing here is installed or served: that is ``inferd.models.registry``'s business."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from inferd.batching import (
+    CompletionDispatcher,
+    HostBufferPool,
+    ModelScheduler,
+    core_signature,
+    cuda_device_count,
+    cuda_runtime_description,
+)
+from inferd.datatypes import BY_CONFIG_TYPE
+from inferd.errors import InferdError, ModelLoadError
+from inferd.executors import OnnxRuntimeOptions
+from inferd.executors.selection import create_executors
+from inferd.models.loaded import LoadedModel, TensorSpec
+from inferd.models.warmup import warm_up, warmup_samples
+from inferd.repository import (
+    ModelRepository,
+    batching_policy,
+    gpu_accelerator,
+    instance_placements,
+    load_model_config,
+    model_filename,
+    stated_config,
+)
+from inferd.repository.layout import without_model_dir
+
+log = structlog.get_logger(__name__)
+
+
+def default_engine_cache_dir() -> Path:
+    """Where TensorRT engines built at load time are kept: $XDG_CACHE_HOME/inferd/engines."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "inferd" / "engines"
+
+
+def _specs(tensors: Any) -> list[TensorSpec]:
+    return [
+        TensorSpec(
+            t.name,
+            BY_CONFIG_TYPE[t.data_type],
+            tuple(t.dims),
+            tuple(t.reshape.shape) if t.HasField("reshape") else None,
+            bool(getattr(t, "optional", False)),  # outputs have no such field
+        )
+        for t in tensors
+    ]
+
+
+def _selected_versions(config: Any, available: list[int]) -> list[int]:
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return available
+    if choice == "specific":
+        return [v for v in available if v in set(policy.specific.versions)]
+    count = policy.latest.num_versions if choice == "latest" else 1
+    return available[-max(count, 1) :]
+
+
+class ModelVersionBuilder:
+    """Builds the versions of a repository's models, ready to serve but not installed. Blocking
+    (config reading, sessions, warm-up): called on a worker thread."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        dispatcher: CompletionDispatcher,
+        pool: HostBufferPool,
+        *,
+        default_max_batch_size: int,
+        onnxruntime_options: OnnxRuntimeOptions,
+        engine_cache_dir: Path | None = None,
+    ) -> None:
+        self._repository = repository
+        self._dispatcher = dispatcher
+        self._pool = pool
+        self._default_max_batch_size = default_max_batch_size
+        self._ort_options = onnxruntime_options
+        self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
+
+    def build(self, name: str, override: Any | None) -> dict[int, LoadedModel]:
+        """Builds every version the policy selects, warmed up (``override``: a ModelConfig
+        replacing config.pbtxt). Raises (after freeing what it built) if any version fails."""
+        available = self._repository.versions(name)
+        if not available:
+            raise ModelLoadError(f"model {name!r} has no numeric version folder")
+        config_path = self._repository.config_path(name)
+        # The newest version's model completes the config (Triton does the same).
+        stated = stated_config(config_path, override, name=name)
+        newest_file = self._repository.model_file(name, available[-1], model_filename(stated))
+        config = load_model_config(
+            name,
+            config_path,
+            newest_file,
+            default_max_batch_size=self._default_max_batch_size,
+            override=override,
+            gpu_count=cuda_device_count(),
+        )
+        versions = _selected_versions(config, available)
+        if not versions:
+            raise ModelLoadError(f"model {name!r}: the version policy selects none of {available}")
+        built: dict[int, LoadedModel] = {}
+        try:
+            for version in versions:
+                try:
+                    built[version] = self._build_version(name, version, config)
+                except InferdError:
+                    raise
+                except Exception as e:  # a model file or library surprise: a failed load
+                    log.exception("unexpected error while loading", model=name, version=version)
+                    # The client's message names files relative to the model's folder (no checks
+                    # here: the file may be what went wrong).
+                    model_dir = self._repository.model_dir(name)
+                    version_file = model_dir / str(version) / model_filename(config)
+                    reason = without_model_dir(str(e), version_file)
+                    raise ModelLoadError(
+                        f"model {name!r} version {version}: {type(e).__name__}: {reason}"
+                    ) from e
+        except BaseException:
+            for model in built.values():
+                model.scheduler.close_now()
+            raise
+        return built
+
+    def _build_version(self, name: str, version: int, config: Any) -> LoadedModel:
+        model_file = self._repository.model_file(name, version, model_filename(config))
+        policy = batching_policy(config)
+        parameters = {k: v.string_value for k, v in config.parameters.items()}
+        options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
+        inputs, outputs = _specs(config.input), _specs(config.output)
+        placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
+        accelerator = gpu_accelerator(config)
+        executors = create_executors(
+            config,
+            model_file,
+            placements,
+            accelerator,
+            options,
+            self._pool,
+            self._engine_cache_dir,
+        )
+        try:
+            # Before the version is ready: every instance runs the config's warm-up samples.
+            warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
+        except BaseException:
+            for executor in executors:
+                executor.close()
+            raise
+        scheduler = ModelScheduler(
+            self._dispatcher,
+            self._pool,
+            core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
+            policy,
+            executors,
+            [t.datatype.config_type for t in outputs],
+        )
+        return LoadedModel(name, version, config, inputs, outputs, scheduler)
