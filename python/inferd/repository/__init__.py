@@ -1,8 +1,8 @@
 """The model repository on disk: layout, versions and each model's configuration."""
 
+from inferd.repository.batching_config import batching_policy
 from inferd.repository.config import (
     ModelConfig,
-    batching_policy,
     load_model_config,
     model_filename,
     parse_config_json,
