@@ -10,6 +10,7 @@ from typing import Any
 
 import structlog
 
+from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CudaStream, DeviceBufferPool, Executor, HostBufferPool
 from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import (
@@ -37,13 +38,13 @@ log = structlog.get_logger(__name__)
 DEVICE_POOL_BYTES = 256 << 20  # per GPU instance: its device buffers for inputs and outputs
 
 
-def wants_tensorrt(config: Any) -> bool:
+def wants_tensorrt(config: ModelConfig) -> bool:
     executor = config.parameters[EXECUTOR].string_value if EXECUTOR in config.parameters else ""
     return bool(config.platform == TENSORRT_PLATFORM or executor == "tensorrt")
 
 
 def create_executors(
-    config: Any,
+    config: ModelConfig,
     model_file: Path,
     placements: list[InstancePlacement],
     accelerator: GpuAccelerator | None,
@@ -138,7 +139,7 @@ def _read(model: str, model_file: Path) -> bytes:
 
 def _engine_bytes(
     trt: Any,
-    config: Any,
+    config: ModelConfig,
     model_file: Path,
     accelerator: GpuAccelerator | None,
     cache_dir: Path,

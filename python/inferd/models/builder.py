@@ -5,11 +5,12 @@ scheduler. Nothing here is installed or served: that is ``inferd.models.registry
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import structlog
 
+from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from inferd.batching import (
     CompletionDispatcher,
     HostBufferPool,
@@ -44,7 +45,7 @@ def default_engine_cache_dir() -> Path:
     return Path(base) / "inferd" / "engines"
 
 
-def _specs(tensors: Any) -> list[TensorSpec]:
+def _specs(tensors: Iterable[ModelInput] | Iterable[ModelOutput]) -> list[TensorSpec]:
     return [
         TensorSpec(
             t.name,
@@ -57,7 +58,7 @@ def _specs(tensors: Any) -> list[TensorSpec]:
     ]
 
 
-def _selected_versions(config: Any, available: list[int]) -> list[int]:
+def _selected_versions(config: ModelConfig, available: list[int]) -> list[int]:
     policy = config.version_policy
     choice = policy.WhichOneof("policy_choice")
     if choice == "all":
@@ -89,7 +90,7 @@ class ModelVersionBuilder:
         self._ort_options = onnxruntime_options
         self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
 
-    def build(self, name: str, override: Any | None) -> dict[int, LoadedModel]:
+    def build(self, name: str, override: ModelConfig | None) -> dict[int, LoadedModel]:
         """Builds every version the policy selects, warmed up (``override``: a ModelConfig
         replacing config.pbtxt). Raises (after freeing what it built) if any version fails."""
         available = self._repository.versions(name)
@@ -133,7 +134,7 @@ class ModelVersionBuilder:
             raise
         return built
 
-    def _build_version(self, name: str, version: int, config: Any) -> LoadedModel:
+    def _build_version(self, name: str, version: int, config: ModelConfig) -> LoadedModel:
         model_file = self._repository.model_file(name, version, model_filename(config))
         policy = batching_policy(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}

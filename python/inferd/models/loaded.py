@@ -4,8 +4,8 @@ Built by ``inferd.models.builder``, kept by ``inferd.models.registry``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import ModelScheduler
 from inferd.datatypes import Datatype
 
@@ -27,7 +27,7 @@ class LoadedModel:
 
     name: str
     version: int
-    config: Any  # model_config_pb2.ModelConfig
+    config: ModelConfig  # completed
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     scheduler: ModelScheduler

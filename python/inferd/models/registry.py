@@ -12,10 +12,10 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
+from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CompletionDispatcher, HostBufferPool
 from inferd.errors import InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
@@ -125,7 +125,7 @@ class ModelRegistry:
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
         self._changed()
 
-    async def load(self, name: str, override: Any | None = None) -> None:
+    async def load(self, name: str, override: ModelConfig | None = None) -> None:
         """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt)."""
         self._repository.model_dir(name)  # refuses unsafe or unknown names first
         async with self._locks.setdefault(name, asyncio.Lock()):

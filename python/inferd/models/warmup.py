@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
 from inferd.batching import Executor
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import ModelLoadError
@@ -24,7 +24,11 @@ class WarmupSample:
 
 
 def _array(
-    datatype: Datatype, shape: tuple[int, ...], source: Any, model_dir: Path, where: str
+    datatype: Datatype,
+    shape: tuple[int, ...],
+    source: ModelWarmup.Input,
+    model_dir: Path,
+    where: str,
 ) -> np.ndarray:
     choice = source.WhichOneof("input_data_type")
     count = int(np.prod(shape, dtype=np.int64))
@@ -55,7 +59,7 @@ def _array(
     return np.zeros(shape, dtype=datatype.numpy)
 
 
-def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
+def warmup_samples(config: ModelConfig, model_dir: Path) -> list[WarmupSample]:
     """The config's warm-up samples as arrays, checked against its inputs."""
     samples: list[WarmupSample] = []
     batched = config.max_batch_size > 0
@@ -102,7 +106,7 @@ def warmup_samples(config: Any, model_dir: Path) -> list[WarmupSample]:
     return samples
 
 
-def _model_dims(tensor: Any, dims: tuple[int, ...]) -> tuple[int, ...]:
+def _model_dims(tensor: ModelInput, dims: tuple[int, ...]) -> tuple[int, ...]:
     count = int(np.prod(dims, dtype=np.int64))
     known = int(np.prod([d for d in tensor.reshape.shape if d != -1], dtype=np.int64))
     return tuple(count // known if d == -1 else int(d) for d in tensor.reshape.shape)

@@ -8,8 +8,6 @@ under v1's package and file name, added to inferd's descriptor pool so that clie
 
 from __future__ import annotations
 
-from typing import Any
-
 import grpc
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
@@ -25,7 +23,7 @@ def _renamed(type_name: str) -> str:
     return type_name.replace(".grpc.reflection.v1alpha.", ".grpc.reflection.v1.")
 
 
-def _rename_message(message: Any) -> None:
+def _rename_message(message: descriptor_pb2.DescriptorProto) -> None:
     for field in message.field:
         if field.type_name:
             field.type_name = _renamed(field.type_name)
