@@ -4,8 +4,10 @@
 #include <memory>
 #include <stdexcept>
 
+#include "inferd/cuda_event.h"
 #include "inferd/cuda_runtime.h"
 #include "inferd/cuda_stream.h"
+#include "inferd/device_buffer_pool.h"
 #include "inferd/pinned_buffer_pool.h"
 
 namespace py = pybind11;

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
+
+#include "inferd/cuda_runtime.h"
 
 namespace inferd {
 namespace {
@@ -44,6 +47,26 @@ TEST(PinnedBufferPool, BuffersOutliveThePool) {
   }
   kept->data[0] = std::byte{7};  // still valid; freed when `kept` goes (ASan checks)
   EXPECT_EQ(kept->data[0], std::byte{7});
+}
+
+// Before the one pool template the pinned pool had no closed flag; buffer_pool_test.cpp checks it
+// with counted allocations. Here the public name: a buffer released after the pool is freed, not
+// cached (LeakSanitizer, in the ASan build, would report a cached one).
+TEST(PinnedBufferPool, ABufferReleasedAfterThePoolIsFreed) {
+  auto pool = std::make_unique<PinnedBufferPool>(1 << 20, /*use_cuda=*/false);
+  auto kept = pool->lease(100);
+  EXPECT_TRUE(kept->pooled);
+  EXPECT_FALSE(kept->pinned);
+  pool.reset();
+  kept.reset();
+}
+
+TEST(PinnedBufferPool, PinsOnlyWithCuda) {
+  EXPECT_FALSE(PinnedBufferPool(1 << 20, /*use_cuda=*/false).stats().pinned);
+  PinnedBufferPool pool(1 << 20);
+  EXPECT_EQ(pool.stats().pinned, CudaRuntime::get().available());
+  EXPECT_EQ(pool.lease(100)->pinned, CudaRuntime::get().available());
+  EXPECT_FALSE(PinnedBufferPool(4096).lease(8192)->pinned);  // a fallback is ordinary memory
 }
 
 TEST(PinnedBufferPool, ConcurrentLeasesAreDistinct) {

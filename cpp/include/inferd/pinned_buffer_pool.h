@@ -1,56 +1,51 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <vector>
+
+#include "inferd/buffer_pool.h"
 
 namespace inferd {
 
-// A buffer leased from a PinnedBufferPool. Returned to the pool when the last shared_ptr to it
-// goes, from whichever thread; freed instead if the pool is gone by then.
-struct PooledBuffer {
-  std::byte* data = nullptr;
-  size_t size = 0;      // usable bytes: at least what was asked for
-  bool pinned = false;  // page-locked by the CUDA runtime (else page-aligned host memory)
-  bool pooled = true;   // false: a fallback allocation outside the pool's bound
-};
-
-// Reusable host buffers for batch assembly, bounded in total bytes (Triton's
-// --pinned-memory-pool-byte-size, default 256 MiB). Buffers come in power-of-two size classes
-// (at least one page) and go back to a free list on release, so a steady stream of batches of
-// the same sizes allocates nothing after warm-up (see Stats::allocations).
-// Memory is page-locked with the CUDA runtime when one and a device are present, else page-aligned.
-// When the bound is reached, free buffers of other sizes are released first; if that is not
-// enough, the lease falls back to an ordinary allocation outside the pool (counted).
-// Every method is thread-safe and blocks only on the internal lock and the allocator.
-class PinnedBufferPool {
+// Host memory for batch assembly that the GPU's copy engines can read directly: page-locked by the
+// CUDA runtime when one and a device are present (and wanted), else page-aligned ordinary memory,
+// so the same code runs without a GPU. A memory kind for BufferPool (see its requirements).
+class PinnedHostMemory {
  public:
-  struct Stats {
-    uint64_t capacity_bytes = 0;
-    uint64_t pooled_bytes = 0;  // held by the pool: leased plus free
-    uint64_t leased_bytes = 0;
-    uint64_t allocations = 0;  // buffers allocated for the pool
-    uint64_t reuses = 0;       // leases served from a free list
-    uint64_t fallbacks = 0;    // leases served outside the pool because it was full
-    bool pinned = false;
+  struct Block {
+    std::byte* data = nullptr;
+    bool pinned = false;  // page-locked by the CUDA runtime (else page-aligned host memory)
+  };
+  struct Facts {
+    bool pinned = false;  // the pool page-locks its buffers
   };
 
   // `use_cuda`: page-lock with the CUDA runtime if it is available.
-  explicit PinnedBufferPool(size_t capacity_bytes, bool use_cuda = true);
-  ~PinnedBufferPool();
-  PinnedBufferPool(const PinnedBufferPool&) = delete;
-  PinnedBufferPool& operator=(const PinnedBufferPool&) = delete;
+  explicit PinnedHostMemory(bool use_cuda);
 
-  // A buffer of at least `size` bytes. Throws std::bad_alloc only if even the fallback fails.
-  std::shared_ptr<PooledBuffer> lease(size_t size);
-  Stats stats() const;
+  // Page-locked when the runtime is used and can, else page-aligned.
+  Block allocate(size_t size) const;
+  // Page-aligned, never page-locked: page-locked memory is the scarce thing the pool's bound limits.
+  Block allocate_fallback(size_t size) const;
+  void free(const Block& block) const;
+  Facts facts() const { return {pinned_}; }
 
  private:
-  struct State;
-  std::shared_ptr<State> state_;
+  bool pinned_;
 };
+
+// Reusable host buffers for batch assembly, bounded in total bytes (Triton's
+// --pinned-memory-pool-byte-size, default 256 MiB): BufferPool over PinnedHostMemory, which holds
+// the algorithm and its invariants. This class only names the kind and keeps the constructor its
+// users (the scheduler, the bindings) call.
+class PinnedBufferPool final : public BufferPool<PinnedHostMemory> {
+ public:
+  explicit PinnedBufferPool(size_t capacity_bytes, bool use_cuda = true)
+      : BufferPool(capacity_bytes, PinnedHostMemory(use_cuda)) {}
+};
+
+// A buffer leased from a PinnedBufferPool: data, size, pinned, pooled.
+using PooledBuffer = PinnedBufferPool::Buffer;
+
+extern template class BufferPool<PinnedHostMemory>;  // instantiated once, in pinned_buffer_pool.cpp
 
 }  // namespace inferd
