@@ -13,11 +13,13 @@ void register_scheduler(py::module_& m);
 void register_onnxruntime(py::module_& m);
 void register_wire(py::module_& m);
 void register_grpc_server(py::module_& m);
+void register_logging(py::module_& m);
 }  // namespace inferd::python
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "inferd's C++ core: request queues, batch assembly, executors' worker threads, completions.";
   inferd::python::register_status(m);
+  inferd::python::register_logging(m);
   inferd::python::register_batching(m);
   inferd::python::register_cuda(m);
   inferd::python::register_completion_queue(m);

@@ -126,18 +126,18 @@ void register_onnxruntime(py::module_& m) {
 
   m.def(
       "set_onnxruntime_logging",
-      [](int minimum_severity, bool json) {
+      [](int minimum_severity) {
         if (minimum_severity < 0 || minimum_severity > 4) {
           throw std::invalid_argument("ONNX Runtime log severity " + std::to_string(minimum_severity) +
                                       " is not 0 (verbose) to 4 (fatal)");
         }
-        OnnxRuntimeLibrary::SetLogging(minimum_severity, json);
+        OnnxRuntimeLibrary::SetLogging(minimum_severity);
       },
-      py::arg("minimum_severity"), py::arg("json"),
-      "How ONNX Runtime's own log records are written (before or after load_onnxruntime): those less "
+      py::arg("minimum_severity"),
+      "Which of ONNX Runtime's own log records are written (before or after load_onnxruntime): those less "
       "severe than minimum_severity (0 verbose, 1 info, 2 warning (the default), 3 error, 4 fatal) are "
-      "dropped, the others written to stderr, one line each: a JSON object like inferd's structlog records "
-      "(logger 'onnxruntime') when json, else a readable line. Never calls Python.");
+      "dropped, the others written to stderr as the core's records (logger 'onnxruntime', in the format "
+      "set_core_logging sets). Never calls Python.");
 
   py::class_<OnnxRuntimeExecutor, std::shared_ptr<OnnxRuntimeExecutor>>(m, "OnnxRuntimeSession")
       .def(py::init(&make_session), py::arg("model_path"), py::arg("input_names"), py::arg("output_names"),

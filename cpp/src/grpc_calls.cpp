@@ -12,6 +12,8 @@
 #include "inferd/infer_request_parser.h"
 #include "inferd/infer_response_writer.h"
 #include "inferd/model_signature.h"
+#include "inferd/structured_log.h"
+#include "inferd/trace_sampling.h"
 #include "inferd/wire_format.h"
 
 namespace inferd {
@@ -82,6 +84,24 @@ bool write_answer(const InferenceRequest& request, const std::vector<Tensor>& ou
   grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
   *out = grpc::ByteBuffer(&slice, 1);
   return true;
+}
+
+void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
+                    std::string_view request_id, const grpc::ServerContextBase& context) {
+  transport.failures.count(route.model, route.version, status.code);
+  if (status.code != StatusCode::kInternal || !core_logs(LogLevel::kError)) return;
+  LogRecord record("request failed", LogLevel::kError);
+  record.add("reason", status.message)
+      .add("model", route.model)
+      .add("version", route.version)
+      .add("request_id", request_id)
+      .add("code", "INTERNAL");
+  const auto& metadata = context.client_metadata();
+  if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
+    const std::string_view header(found->second.data(), found->second.size());
+    if (parse_traceparent(header)) record.add("trace_id", header.substr(3, 32));  // version-TRACEID-...
+  }
+  record.write();
 }
 
 bool deadline_passed(const grpc::ServerContextBase& context) {
@@ -273,15 +293,16 @@ class InferCall final : public UnaryCall, public CompletionSink {
 
   void complete(Completion&& completion) override {
     if (!completion.status.ok()) {
-      count_failure(completion.status.code);
+      count_failure(completion.status, completion.request ? completion.request->id : "");
       fail(to_grpc_status(completion.status));
       return;
     }
     grpc::ByteBuffer answer_bytes;
     std::string error;
     if (!write_answer(*completion.request, completion.outputs, &answer_bytes, &error)) {
-      count_failure(StatusCode::kInternal);
-      fail(grpc::Status(grpc::StatusCode::INTERNAL, "cannot return outputs: " + error));
+      const Status failed = Status::Error(StatusCode::kInternal, "cannot return outputs: " + error);
+      count_failure(failed, completion.request->id);
+      fail(to_grpc_status(failed));
       return;
     }
     answer(std::move(answer_bytes));
@@ -319,7 +340,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     request->deadline = core_deadline(*context_);
     status = build_inference_request(route->signature, parsed, received.owner, request.get());
     if (!status.ok()) {
-      count_failure(status.code);
+      count_failure(status, parsed.id);
       fail(to_grpc_status(status));
       return;
     }
@@ -330,7 +351,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     status = scheduler->submit(std::move(request));
     if (!status.ok()) {
       request.reset();  // still ours: dropping it releases the sink
-      count_failure(status.code);
+      count_failure(status, parsed.id);
       fail(to_grpc_status(status));
       return;
     }
@@ -359,7 +380,9 @@ class InferCall final : public UnaryCall, public CompletionSink {
     if (const std::shared_ptr<Scheduler> scheduler = route_->scheduler.lock()) scheduler->cancel(token);
   }
 
-  void count_failure(StatusCode code) { transport_->failures.count(route_->model, route_->version, code); }
+  void count_failure(const Status& status, std::string_view request_id) {
+    record_failure(*transport_, *route_, status, request_id, *context_);
+  }
 
   std::shared_ptr<const ModelRoute> route_;  // set before the request is submitted, never after
   std::mutex core_mutex_;

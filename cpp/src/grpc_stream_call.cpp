@@ -123,16 +123,17 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         in_core_.erase(found);
       }
     }
+    const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
-      if (route != nullptr) transport_->failures.count(route->model, route->version, completion.status.code);
-      return answer_error(to_grpc_status(completion.status), completion.request ? completion.request->id : "");
+      if (route != nullptr) record_failure(*transport_, *route, completion.status, id, *context_);
+      return answer_error(to_grpc_status(completion.status), id);
     }
     grpc::ByteBuffer bytes;
     std::string error;
     if (!write_answer(*completion.request, completion.outputs, &bytes, &error)) {
-      if (route != nullptr) transport_->failures.count(route->model, route->version, StatusCode::kInternal);
-      return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot return outputs: " + error),
-                          completion.request->id);
+      const Status failed = Status::Error(StatusCode::kInternal, "cannot return outputs: " + error);
+      if (route != nullptr) record_failure(*transport_, *route, failed, id, *context_);
+      return answer_error(to_grpc_status(failed), id);
     }
     send(std::move(bytes));
   }
@@ -160,7 +161,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     inference->deadline = core_deadline(*context_);
     status = build_inference_request(route->signature, parsed, received.owner, inference.get());
     if (!status.ok()) {
-      transport_->failures.count(route->model, route->version, status.code);
+      record_failure(*transport_, *route, status, parsed.id, *context_);
       return answer_error(to_grpc_status(status), std::string(parsed.id));
     }
     const uint64_t token = inference->token;
@@ -179,7 +180,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         std::lock_guard<std::mutex> lock(mutex_);
         in_core_.erase(token);
       }
-      transport_->failures.count(route->model, route->version, status.code);
+      record_failure(*transport_, *route, status, id, *context_);
       return answer_error(to_grpc_status(status), id);
     }
   }

@@ -14,6 +14,8 @@
 #include <memory>
 #include <mutex>
 
+#include "inferd/structured_log.h"
+
 namespace inferd {
 namespace {
 
@@ -38,154 +40,43 @@ Status unavailable(const std::string& path, const std::string& what) {
 // ONNX Runtime's own log records: written by log_record below, as inferd's Python logging writes
 // its own (see SetLogging). Records less severe than the threshold are dropped.
 std::atomic<int> log_threshold{ORT_LOGGING_LEVEL_WARNING};
-std::atomic<bool> log_json{true};
 
-const char* level_name(OrtLoggingLevel severity) {
+LogLevel log_level(OrtLoggingLevel severity) {
   switch (severity) {
     case ORT_LOGGING_LEVEL_VERBOSE:
     case ORT_LOGGING_LEVEL_INFO:
-      return "debug";  // ORT's info is chatter (graph transformations, thread pools)
+      return LogLevel::kDebug;  // ORT's info is chatter (graph transformations, thread pools)
     case ORT_LOGGING_LEVEL_WARNING:
-      return "warning";
+      return LogLevel::kWarning;
     case ORT_LOGGING_LEVEL_ERROR:
-      return "error";
+      return LogLevel::kError;
     case ORT_LOGGING_LEVEL_FATAL:
-      return "critical";
+      return LogLevel::kCritical;
   }
-  return "error";
-}
-
-// Length of the valid UTF-8 sequence starting at s (1-4), or 0 when it is not one.
-size_t utf8_sequence(const unsigned char* s) {
-  const unsigned char c = s[0];
-  size_t length;
-  if (c >= 0xC2 && c <= 0xDF) {
-    length = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    length = 3;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    length = 4;
-  } else {
-    return 0;
-  }
-  for (size_t i = 1; i < length; ++i) {
-    if ((s[i] & 0xC0) != 0x80) return 0;  // also stops at the terminating NUL
-  }
-  if (c == 0xE0 && s[1] < 0xA0) return 0;   // overlong
-  if (c == 0xED && s[1] >= 0xA0) return 0;  // surrogate
-  if (c == 0xF0 && s[1] < 0x90) return 0;   // overlong
-  if (c == 0xF4 && s[1] >= 0x90) return 0;  // beyond U+10FFFF
-  return length;
-}
-
-// `text` as a JSON string: quotes, backslashes and control characters escaped, bytes that are not
-// UTF-8 replaced by U+FFFD, so that the line is valid JSON whatever ORT puts in a message.
-void append_json_string(std::string& out, const char* text) {
-  out += '"';
-  const auto* s = reinterpret_cast<const unsigned char*>(text != nullptr ? text : "");
-  while (*s != 0) {
-    const unsigned char c = *s;
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-      ++s;
-    } else if (c == '\n') {
-      out += "\\n";
-      ++s;
-    } else if (c < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-      ++s;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-      ++s;
-    } else if (size_t length = utf8_sequence(s); length > 0) {
-      out.append(reinterpret_cast<const char*>(s), length);
-      s += length;
-    } else {
-      out += "\\ufffd";
-      ++s;
-    }
-  }
-  out += '"';
-}
-
-// As structlog's TimeStamper(fmt="iso", utc=True) writes it: 2026-01-31T12:34:56.123456Z.
-std::string utc_timestamp() {
-  const auto now = std::chrono::system_clock::now();
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  const std::time_t seconds = static_cast<std::time_t>(micros / 1000000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[96];  // room for any int in each field: no truncation warning
-  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", utc.tm_year + 1900, utc.tm_mon + 1,
-                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(micros % 1000000));
-  return text;
-}
-
-// Writes the whole line with as few write()s as the stream takes (one, for a line of a pipe's
-// atomic size or a terminal), so that lines of other threads and of Python do not cut into it.
-void write_line(const std::string& line) {
-  const char* data = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    const ssize_t written = ::write(STDERR_FILENO, data, left);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return;  // nowhere to report it
-    }
-    data += written;
-    left -= static_cast<size_t>(written);
-  }
+  return LogLevel::kError;
 }
 
 // ONNX Runtime's logging function (OrtLoggingFunction). ORT calls it on whichever thread logs
 // (its thread pools, a worker running a batch, the thread loading a session), possibly while the
 // interpreter finalizes: it never touches Python. It writes one line to stderr in the shape of
-// inferd's structlog records: JSON ({"event", "level", "logger": "onnxruntime", "timestamp", ...})
-// or, with console output, a readable line. noexcept: an exception must not unwind into ORT.
+// inferd's structlog records (LogRecord, logger "onnxruntime"). noexcept: an exception must not
+// unwind into ORT.
 void ORT_API_CALL log_record(void* /*param*/, OrtLoggingLevel severity, const char* category, const char* logid,
                              const char* code_location, const char* message) noexcept {
   if (static_cast<int>(severity) < log_threshold.load(std::memory_order_relaxed)) return;
   try {
-    std::string line;
-    line.reserve(256);
-    if (log_json.load(std::memory_order_relaxed)) {
-      line += "{\"event\": ";
-      append_json_string(line, message);
-      line += ", \"level\": \"";
-      line += level_name(severity);
-      line += "\", \"logger\": \"onnxruntime\", \"category\": ";
-      append_json_string(line, category);
-      if (logid != nullptr && *logid != 0) {
-        line += ", \"logid\": ";
-        append_json_string(line, logid);
-      }
-      line += ", \"code_location\": ";
-      append_json_string(line, code_location);
-      line += ", \"timestamp\": \"" + utc_timestamp() + "\"}\n";
-    } else {
-      char level[16];
-      std::snprintf(level, sizeof level, "%-9s", level_name(severity));
-      line += utc_timestamp() + " [" + level + "] ";
-      line += message != nullptr ? message : "";
-      line += " [onnxruntime] category=";
-      line += category != nullptr ? category : "";
-      line += " code_location=";
-      line += code_location != nullptr ? code_location : "";
-      line += '\n';
-    }
-    write_line(line);
+    LogRecord record(message != nullptr ? message : "", log_level(severity));
+    record.add("logger", "onnxruntime").add("category", category != nullptr ? category : "");
+    if (logid != nullptr && *logid != 0) record.add("logid", logid);
+    record.add("code_location", code_location != nullptr ? code_location : "").write();
   } catch (...) {  // std::bad_alloc: the record is lost
   }
 }
 
 }  // namespace
 
-void OnnxRuntimeLibrary::SetLogging(int minimum_severity, bool json) {
+void OnnxRuntimeLibrary::SetLogging(int minimum_severity) {
   log_threshold.store(minimum_severity, std::memory_order_relaxed);
-  log_json.store(json, std::memory_order_relaxed);
 }
 
 Status OnnxRuntimeLibrary::Load(const std::string& path, const OnnxRuntimeLibrary** out) {

@@ -39,6 +39,7 @@
 #include "inferd/pinned_buffer_pool.h"
 #include "inferd/scheduler.h"
 #include "inferd/serving_snapshot.h"
+#include "inferd/structured_log.h"
 #include "inferd/wire_format.h"
 
 namespace inferd {
@@ -1705,6 +1706,39 @@ TEST_F(GrpcServerTest, FailuresOfRoutedRequestsAreCountedByModelAndVersion) {
       Count{"add_one", "1", static_cast<int>(StatusCode::kInternal), 1},
   };
   EXPECT_EQ(failures(), expected_counts);
+}
+
+}  // namespace
+}  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// A request the transport answers INTERNAL leaves one record on stderr, in the shape Python writes
+// for those it answers: model, version, request id, the caller's trace id, the reason.
+TEST_F(GrpcServerTest, AnInternalFailureLeavesOneLogRecord) {
+  set_core_logging(LogLevel::kInfo, /*json=*/true);
+  const std::string traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+  ::testing::internal::CaptureStderr();
+  ClientResult r = unary(method("ModelInfer"), infer_request("add_one", "neg-7", rows_from(-5, 1), 1),
+                         Metadata{{"traceparent", traceparent}});
+  ClientResult ok = unary(method("ModelInfer"), infer_request("add_one", "fine", rows_from(5, 1), 1));
+  const std::string written = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_TRUE(ok.status.ok());
+  EXPECT_EQ(std::count(written.begin(), written.end(), '\n'), 1) << written;
+  EXPECT_EQ(written.rfind("{\"event\": \"request failed\", \"level\": \"error\", \"reason\": \"negative input\", "
+                          "\"model\": \"add_one\", \"version\": \"1\", \"request_id\": \"neg-7\", \"code\": "
+                          "\"INTERNAL\", \"trace_id\": \"0af7651916cd43dd8448eb211c80319c\", \"timestamp\": ",
+                          0),
+            0u)
+      << written;
+  // Above the error level, nothing.
+  set_core_logging(LogLevel::kCritical, /*json=*/true);
+  ::testing::internal::CaptureStderr();
+  unary(method("ModelInfer"), infer_request("add_one", "neg-8", rows_from(-5, 1), 1));
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  set_core_logging(LogLevel::kInfo, /*json=*/true);
 }
 
 }  // namespace

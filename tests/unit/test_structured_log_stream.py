@@ -99,6 +99,26 @@ def test_onnxruntime_records_are_json_records(tmp_path: Path) -> None:
     assert all(r["level"] in ("warning", "error", "critical") for r in ort), ort
 
 
+PYTHON_API_FAILURE = ONNXRUNTIME_FAILURE.replace(
+    "from inferd.executors.onnxruntime_native import NativeOnnxRuntimeExecutor",
+    "from inferd.executors.onnxruntime import OnnxRuntimeExecutor",
+).replace(
+    'executor = NativeOnnxRuntimeExecutor(path, ["X"], ["Y"], options, [DATATYPES["FP32"].config_type])',
+    'executor = OnnxRuntimeExecutor(path, ["X"], ["Y"], options)',
+)
+
+
+def test_onnxruntime_python_api_writes_no_unstructured_lines(tmp_path: Path) -> None:
+    """The Python API's sessions (GPU instances, and CPU ones where the native library cannot
+    load) cannot be given a logging function: they keep only fatal records, and the failure
+    reaches inferd as an exception."""
+    assert PYTHON_API_FAILURE != ONNXRUNTIME_FAILURE
+    stdout, records = run_script(PYTHON_API_FAILURE, str(tmp_path / "gather.onnx"), "debug")
+    assert stdout.splitlines()[0] == "[20.0]"
+    assert stdout.splitlines()[1].startswith("failed: "), stdout
+    assert not [r for r in records if r.get("logger") == "onnxruntime"], records
+
+
 @needs_native
 def test_onnxruntime_records_below_the_level_are_dropped(tmp_path: Path) -> None:
     stdout, records = run_script(ONNXRUNTIME_FAILURE, str(tmp_path / "gather.onnx"), "critical")

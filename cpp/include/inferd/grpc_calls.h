@@ -47,6 +47,12 @@ inline constexpr std::string_view kTraceSampledKey = "inferd-trace-sampled";
 // does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).
 bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled);
 
+// Counts a request the transport answers with an error against its model version; an INTERNAL
+// one also gets its one log record at error level (model, version, request id, the caller's trace
+// id when its traceparent has one, reason), as Python writes it for the requests it answers.
+void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
+                    std::string_view request_id, const grpc::ServerContextBase& context);
+
 // Which call a method is.
 enum class CallKind {
   kInfer,

@@ -32,13 +32,12 @@ class OnnxRuntimeLibrary {
   // unchanged. Thread-safe; blocks while another thread loads (dlopen takes tens of milliseconds).
   static Status Load(const std::string& path, const OnnxRuntimeLibrary** out);
 
-  // How ONNX Runtime's own log records are written, from now on (before or after Load): records
-  // less severe than `minimum_severity` (an OrtLoggingLevel: 0 verbose ... 4 fatal; default 2,
-  // warning) are dropped; the others are written to stderr as one line each, a JSON object in the
-  // shape of inferd's structlog records (logger "onnxruntime") when `json`, else a readable line.
-  // ORT's verbose and info records are at level "debug", warning/error/fatal at
-  // warning/error/critical. Thread-safe, lock-free.
-  static void SetLogging(int minimum_severity, bool json);
+  // Which of ONNX Runtime's own log records are written, from now on (before or after Load):
+  // those less severe than `minimum_severity` (an OrtLoggingLevel: 0 verbose ... 4 fatal; default
+  // 2, warning) are dropped; the others are written to stderr as the core's LogRecords (logger
+  // "onnxruntime", in the format set_core_logging sets). ORT's verbose and info records are at
+  // level "debug", warning/error/fatal at warning/error/critical. Thread-safe, lock-free.
+  static void SetLogging(int minimum_severity);
 
   // The loaded library, or null when none is. Thread-safe, non-blocking beyond a mutex.
   static const OnnxRuntimeLibrary* Loaded();

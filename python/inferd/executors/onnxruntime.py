@@ -154,6 +154,11 @@ class OnnxRuntimeExecutor:
         # and the core's workers need between batches.
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        # ORT's Python API writes its records to stderr unstructured (ANSI-coloured) and takes no
+        # logging function (the core's native sessions do: their records are inferd's): keep only
+        # fatal ones. Its errors still reach inferd as exceptions, logged as load or INTERNAL
+        # failures.
+        session_options.log_severity_level = 4
         placement = placement or InstancePlacement("cpu")
         stream = None
         if placement.on_gpu:

@@ -63,6 +63,8 @@ class LogControl:
 # Runtime's records (a LogControl made elsewhere, as in tests, changes nothing global).
 _ACTIVE: dict[str, LogControl] = {}
 
+# The core's levels (its own records: the transport's INTERNAL failures, ONNX Runtime's).
+_CORE_LEVEL = {"debug": 0, "info": 1, "warning": 2, "error": 3, "critical": 4}
 # ONNX Runtime's severities (OrtLoggingLevel) kept at each level: its info records are debug ones.
 _ONNXRUNTIME_SEVERITY = {"debug": 1, "info": 2, "warning": 2, "error": 3, "critical": 4}
 
@@ -71,7 +73,8 @@ def _apply_to_other_loggers(control: LogControl) -> None:
     logging.getLogger().setLevel(logging.getLevelNamesMapping()[control.level.upper()])
     from inferd import _core
 
-    _core.set_onnxruntime_logging(_ONNXRUNTIME_SEVERITY[control.level], control.json)
+    _core.set_core_logging(_CORE_LEVEL[control.level], control.json)
+    _core.set_onnxruntime_logging(_ONNXRUNTIME_SEVERITY[control.level])
 
 
 class _StructlogHandler(logging.Handler):
