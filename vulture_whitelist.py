@@ -51,6 +51,7 @@ _.package
 # session is created.
 _.intra_op_num_threads
 _.inter_op_num_threads
+_.log_severity_level
 
 # batching/policy.py: QueuePolicy, Padding and BatchingPolicy fields, copied into the core's
 # options of the same names (batching/core.py) and read there by pybind11-bound C++.

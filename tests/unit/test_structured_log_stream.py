@@ -99,12 +99,19 @@ def test_onnxruntime_records_are_json_records(tmp_path: Path) -> None:
     assert all(r["level"] in ("warning", "error", "critical") for r in ort), ort
 
 
-PYTHON_API_FAILURE = ONNXRUNTIME_FAILURE.replace(
-    "from inferd.executors.onnxruntime_native import NativeOnnxRuntimeExecutor",
-    "from inferd.executors.onnxruntime import OnnxRuntimeExecutor",
-).replace(
-    'executor = NativeOnnxRuntimeExecutor(path, ["X"], ["Y"], options, [DATATYPES["FP32"].config_type])',
-    'executor = OnnxRuntimeExecutor(path, ["X"], ["Y"], options)',
+PYTHON_API_FAILURE = (
+    ONNXRUNTIME_FAILURE.replace(
+        "from inferd.executors.onnxruntime_native import NativeOnnxRuntimeExecutor",
+        "from inferd.executors.onnxruntime import OnnxRuntimeExecutor",
+    )
+    .replace(
+        "executor = NativeOnnxRuntimeExecutor(",
+        "executor = OnnxRuntimeExecutor(",
+    )
+    .replace(
+        ', options, [DATATYPES["FP32"].config_type])',
+        ", options)",
+    )
 )
 
 
