@@ -167,6 +167,21 @@ class Telemetry:
         if code is ErrorCode.INTERNAL:
             log_internal_failure(model, version, request_id, metadata, error)
 
+    def unresolved(
+        self,
+        model: str,
+        version: str,
+        error: BaseException,
+        *,
+        request_id: str = "",
+        metadata: Sequence[tuple[str, Any]] | None = None,
+    ) -> None:
+        """A request failed, maybe before a version was picked (a bug, or an error already
+        counted and logged on its version): an INTERNAL one not logged yet gets its record, with the
+        model and version as the request named them."""
+        if _error_code(error) is ErrorCode.INTERNAL:
+            log_internal_failure(model, version, request_id, metadata, error)
+
     def close(self) -> None:
         """Exports the spans still buffered and stops the exporter and the metrics endpoint."""
         if self.tracer_provider is not None:

@@ -18,9 +18,9 @@ from inferd import __version__
 from inferd.dataplane import DataPlane
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
-from inferd.observability.telemetry import Telemetry, log_internal_failure
+from inferd.observability.telemetry import Telemetry
 from inferd.transport import codec
-from inferd.transport.status import answers_errors, grpc_status
+from inferd.transport.status import answers_errors
 
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
@@ -121,16 +121,13 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
             with telemetry.request(parsed.model_name, metadata, parsed.id) as observed:
                 return await self._dataplane.infer(parsed, deadline_s=deadline_s, observed=observed)
         except Exception as e:
-            # INTERNAL before a version was picked (else the telemetry has logged it already).
-            code, _ = grpc_status(e, log_unexpected=False)
-            if code is grpc.StatusCode.INTERNAL:
-                log_internal_failure(
-                    parsed.model_name,
-                    parsed.model_version,
-                    parsed.id,
-                    context.invocation_metadata(),
-                    e,
-                )
+            telemetry.unresolved(
+                parsed.model_name,
+                parsed.model_version,
+                e,
+                request_id=parsed.id,
+                metadata=context.invocation_metadata(),
+            )
             raise
 
     @answers_errors
