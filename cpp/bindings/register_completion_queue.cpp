@@ -1,6 +1,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <string>
+
 #include "inferd/completion_queue.h"
 #include "python_tensor.h"
 #include "wire_request.h"
@@ -15,14 +18,64 @@ int64_t ns(Clock::time_point t) {
                                   : std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-py::tuple timing_tuple(const RequestTiming& t) {
-  return py::make_tuple(ns(t.enqueued), ns(t.compute_start), ns(t.input_done), ns(t.infer_done), ns(t.compute_end),
-                        t.batch_id, t.batch_requests, t.batch_rows, t.instance);
+Clock::time_point from_ns(int64_t t) {
+  return t == 0 ? Clock::time_point{} : Clock::time_point{std::chrono::nanoseconds(t)};
+}
+
+// The wall clock minus the core's steady clock, read back to back once: spans are exported in
+// wall time, and the two clocks do not drift apart enough within a process's life to matter.
+int64_t wall_minus_steady_ns() {
+  static const int64_t offset =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count() -
+      ns(Clock::now());
+  return offset;
 }
 
 }  // namespace
 
 void register_completion_queue(py::module_& m) {
+  py::class_<RequestTiming>(m, "RequestTiming",
+                            "How the core ran one request, in the core's steady-clock ns (0 = not reached), and the "
+                            "batch it rode in.")
+      .def(py::init([](int64_t enqueued, int64_t compute_start, int64_t input_done, int64_t infer_done,
+                       int64_t compute_end, uint64_t batch_id, uint32_t batch_requests, int64_t batch_rows,
+                       uint32_t instance) {
+             return RequestTiming{from_ns(enqueued),
+                                  from_ns(compute_start),
+                                  from_ns(input_done),
+                                  from_ns(infer_done),
+                                  from_ns(compute_end),
+                                  batch_id,
+                                  batch_requests,
+                                  batch_rows,
+                                  instance};
+           }),
+           py::arg("enqueued"), py::arg("compute_start"), py::arg("input_done"), py::arg("infer_done"),
+           py::arg("compute_end"), py::arg("batch_id"), py::arg("batch_requests"), py::arg("batch_rows"),
+           py::arg("instance"))
+      .def_property_readonly("enqueued", [](const RequestTiming& t) { return ns(t.enqueued); })
+      .def_property_readonly("compute_start", [](const RequestTiming& t) { return ns(t.compute_start); })
+      .def_property_readonly("input_done", [](const RequestTiming& t) { return ns(t.input_done); })
+      .def_property_readonly("infer_done", [](const RequestTiming& t) { return ns(t.infer_done); })
+      .def_property_readonly("compute_end", [](const RequestTiming& t) { return ns(t.compute_end); })
+      .def_readonly("batch_id", &RequestTiming::batch_id)
+      .def_readonly("batch_requests", &RequestTiming::batch_requests, "Requests in the batch.")
+      .def_readonly("batch_rows", &RequestTiming::batch_rows, "Rows in the batch (its requests' batch sizes).")
+      .def_readonly("instance", &RequestTiming::instance, "The executor instance that ran it.")
+      .def_static(
+          "now_ns", [] { return ns(Clock::now()); }, "The core's clock now.")
+      .def_static(
+          "wall_ns", [](int64_t steady_ns) { return steady_ns + wall_minus_steady_ns(); }, py::arg("steady_ns"),
+          "A time of the core's clock on the wall clock (ns since the epoch), for export.")
+      .def("__repr__", [](const RequestTiming& t) {
+        return "RequestTiming(enqueued=" + std::to_string(ns(t.enqueued)) +
+               ", compute_start=" + std::to_string(ns(t.compute_start)) +
+               ", input_done=" + std::to_string(ns(t.input_done)) + ", infer_done=" + std::to_string(ns(t.infer_done)) +
+               ", compute_end=" + std::to_string(ns(t.compute_end)) + ", batch_id=" + std::to_string(t.batch_id) +
+               ", batch_requests=" + std::to_string(t.batch_requests) + ", batch_rows=" + std::to_string(t.batch_rows) +
+               ", instance=" + std::to_string(t.instance) + ")";
+      });
   py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")
       .def(py::init<>())
       .def("fileno", &CompletionQueue::fd, "The eventfd that is readable while completions wait.")
@@ -49,11 +102,11 @@ void register_completion_queue(py::module_& m) {
                   outputs = std::move(arrays);
                 }
                 out.append(py::make_tuple(c.token, static_cast<int>(c.status.code), c.status.message, outputs,
-                                          timing_tuple(c.timing)));
+                                          py::cast(c.timing)));
               } catch (const std::exception& e) {
                 out.append(py::make_tuple(c.token, static_cast<int>(StatusCode::kInternal),
                                           std::string("cannot return outputs: ") + e.what(), py::list(),
-                                          timing_tuple(c.timing)));
+                                          py::cast(c.timing)));
               }
             }
             // `done` dies here, with the GIL held: the requests' Python buffers are released on this
@@ -61,10 +114,7 @@ void register_completion_queue(py::module_& m) {
             return out;
           },
           "Every waiting completion as (token, status code, message, [(datatype, shape, ndarray)] or the serialized "
-          "response of a request submitted as bytes, timing): "
-          "timing = (enqueued, compute_start, input_done, infer_done, compute_end in steady-clock ns, 0 = "
-          "not reached; batch_id, batch_requests, batch_rows, instance).");
-  m.def("steady_clock_ns", [] { return ns(Clock::now()); }, "The core's clock, for converting its timings.");
+          "response of a request submitted as bytes, RequestTiming).");
 }
 
 }  // namespace inferd::python

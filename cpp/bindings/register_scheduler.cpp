@@ -1,8 +1,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
@@ -60,17 +65,93 @@ Clock::time_point deadline_from_now(uint64_t us) {
   return now + std::chrono::microseconds(us);
 }
 
-py::dict duration(const Duration& d) { return py::dict(py::arg("count") = d.count, py::arg("ns") = d.ns); }
-
-// (upper bounds in µs, count per bucket with one more above the last bound, sum in ns)
-py::tuple histogram(const LatencyHistogram& h) {
-  return py::make_tuple(std::vector<uint64_t>(LatencyHistogram::kBoundsUs.begin(), LatencyHistogram::kBoundsUs.end()),
-                        std::vector<uint64_t>(h.counts.begin(), h.counts.end()), h.sum_ns);
+// The statistics as read-only values: what Scheduler.statistics returns, and what tests build.
+void register_statistics(py::module_& m) {
+  py::class_<Duration>(m, "Duration", "A count of events and their summed duration in ns.")
+      .def(py::init([](uint64_t count, uint64_t ns) { return Duration{count, ns}; }), py::arg("count") = 0,
+           py::arg("ns") = 0)
+      .def_readonly("count", &Duration::count)
+      .def_readonly("ns", &Duration::ns)
+      .def("__repr__", [](const Duration& d) {
+        return "Duration(count=" + std::to_string(d.count) + ", ns=" + std::to_string(d.ns) + ")";
+      });
+  py::class_<BatchDurations>(m, "BatchDurations", "Durations of the batch executions of one batch size.")
+      .def(py::init([](const Duration& compute_input, const Duration& compute_infer, const Duration& compute_output) {
+             return BatchDurations{compute_input, compute_infer, compute_output};
+           }),
+           py::arg("compute_input") = Duration{}, py::arg("compute_infer") = Duration{},
+           py::arg("compute_output") = Duration{})
+      .def_readonly("compute_input", &BatchDurations::compute_input)
+      .def_readonly("compute_infer", &BatchDurations::compute_infer)
+      .def_readonly("compute_output", &BatchDurations::compute_output);
+  py::class_<LatencyHistogram>(m, "LatencyHistogram",
+                               "counts[i] counts values at most bounds_us[i] (and above the bound before it); the "
+                               "last count is above every bound. sum_ns: the values' sum.")
+      .def(py::init([](const std::optional<std::vector<uint64_t>>& counts, uint64_t sum_ns) {
+             LatencyHistogram h;
+             if (counts) {
+               if (counts->size() != h.counts.size())
+                 throw std::invalid_argument("a LatencyHistogram has " + std::to_string(h.counts.size()) +
+                                             " counts, not " + std::to_string(counts->size()));
+               std::copy(counts->begin(), counts->end(), h.counts.begin());
+             }
+             h.sum_ns = sum_ns;
+             return h;
+           }),
+           py::arg("counts") = py::none(), py::arg("sum_ns") = 0)
+      .def_property_readonly(
+          "bounds_us",
+          [](const LatencyHistogram&) {
+            return std::vector<uint64_t>(LatencyHistogram::kBoundsUs.begin(), LatencyHistogram::kBoundsUs.end());
+          },
+          "The buckets' upper bounds in µs.")
+      .def_readonly("counts", &LatencyHistogram::counts)
+      .def_readonly("sum_ns", &LatencyHistogram::sum_ns);
+  py::class_<StatisticsSnapshot>(m, "StatisticsSnapshot",
+                                 "One model version's cumulative statistics: Triton's InferStatistics, the "
+                                 "durations per batch size (rows) and the latency histograms.")
+      .def(py::init([](uint64_t last_inference_ms, uint64_t inference_count, uint64_t execution_count,
+                       const Duration& success, const Duration& fail, const Duration& queue,
+                       const Duration& compute_input, const Duration& compute_infer, const Duration& compute_output,
+                       std::map<uint64_t, BatchDurations> batches, const LatencyHistogram& request_duration,
+                       const LatencyHistogram& queue_duration) {
+             return StatisticsSnapshot{last_inference_ms,
+                                       inference_count,
+                                       execution_count,
+                                       success,
+                                       fail,
+                                       queue,
+                                       compute_input,
+                                       compute_infer,
+                                       compute_output,
+                                       std::move(batches),
+                                       request_duration,
+                                       queue_duration};
+           }),
+           py::kw_only(), py::arg("last_inference_ms") = 0, py::arg("inference_count") = 0,
+           py::arg("execution_count") = 0, py::arg("success") = Duration{}, py::arg("fail") = Duration{},
+           py::arg("queue") = Duration{}, py::arg("compute_input") = Duration{}, py::arg("compute_infer") = Duration{},
+           py::arg("compute_output") = Duration{}, py::arg("batches") = std::map<uint64_t, BatchDurations>{},
+           py::arg("request_duration") = LatencyHistogram{}, py::arg("queue_duration") = LatencyHistogram{})
+      .def_readonly("last_inference_ms", &StatisticsSnapshot::last_inference_ms,
+                    "Wall clock, ms since the epoch; 0 = never.")
+      .def_readonly("inference_count", &StatisticsSnapshot::inference_count)
+      .def_readonly("execution_count", &StatisticsSnapshot::execution_count)
+      .def_readonly("success", &StatisticsSnapshot::success)
+      .def_readonly("fail", &StatisticsSnapshot::fail)
+      .def_readonly("queue", &StatisticsSnapshot::queue)
+      .def_readonly("compute_input", &StatisticsSnapshot::compute_input)
+      .def_readonly("compute_infer", &StatisticsSnapshot::compute_infer)
+      .def_readonly("compute_output", &StatisticsSnapshot::compute_output)
+      .def_readonly("batches", &StatisticsSnapshot::batches, "Keyed by batch size (rows); a copy at each read.")
+      .def_readonly("request_duration", &StatisticsSnapshot::request_duration)
+      .def_readonly("queue_duration", &StatisticsSnapshot::queue_duration);
 }
 
 }  // namespace
 
 void register_scheduler(py::module_& m) {
+  register_statistics(m);
   py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
       .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
            py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"),
@@ -148,23 +229,7 @@ void register_scheduler(py::module_& m) {
       .def_property_readonly(
           "batcher_options", [](const Scheduler& s) { return s.batcher_options(); },
           "A copy of the options the scheduler was built with.")
-      .def("statistics", [](const Scheduler& scheduler) {
-        StatisticsSnapshot s = scheduler.statistics();
-        py::dict batches;
-        for (const auto& [size, b] : s.batches) {
-          batches[py::int_(size)] = py::dict(py::arg("compute_input") = duration(b.compute_input),
-                                             py::arg("compute_infer") = duration(b.compute_infer),
-                                             py::arg("compute_output") = duration(b.compute_output));
-        }
-        return py::dict(py::arg("last_inference_ms") = s.last_inference_ms,
-                        py::arg("inference_count") = s.inference_count, py::arg("execution_count") = s.execution_count,
-                        py::arg("success") = duration(s.success), py::arg("fail") = duration(s.fail),
-                        py::arg("queue") = duration(s.queue), py::arg("compute_input") = duration(s.compute_input),
-                        py::arg("compute_infer") = duration(s.compute_infer),
-                        py::arg("compute_output") = duration(s.compute_output), py::arg("batches") = batches,
-                        py::arg("request_duration") = histogram(s.request_duration),
-                        py::arg("queue_duration") = histogram(s.queue_duration));
-      });
+      .def("statistics", &Scheduler::statistics, "A snapshot of the cumulative statistics.");
 }
 
 }  // namespace inferd::python

@@ -4,11 +4,14 @@ the request to the core, which checks it, runs it and writes its answer. Knows n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.batching import CoreTiming, WireRequest, parse_infer_request
 from inferd.errors import InferdError
 from inferd.models import LoadedModel, ModelRegistry
+
+if TYPE_CHECKING:
+    from inferd._core import StatisticsSnapshot
 
 
 class RequestObserver(Protocol):
@@ -69,7 +72,7 @@ class DataPlane:
         model = self._registry.get(name, version)
         return model, [model.version] if version else self._registry.ready_versions(name)
 
-    def statistics(self, name: str, version: str) -> list[tuple[LoadedModel, dict[str, Any]]]:
+    def statistics(self, name: str, version: str) -> list[tuple[LoadedModel, StatisticsSnapshot]]:
         """Each loaded version's statistics: one model (and version) or, with no name, all."""
         models = [self._registry.get(name, version)] if name else self._registry.loaded()
         if name and not version:

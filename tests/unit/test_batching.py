@@ -15,6 +15,7 @@ import inferd._core as _core
 from inferd.batching import (
     BatchingPolicy,
     CompletionDispatcher,
+    CoreTiming,
     HostBufferPool,
     ModelScheduler,
     core_signature,
@@ -91,14 +92,70 @@ async def test_many_concurrent_requests_each_get_their_own_answer() -> None:
         np.testing.assert_array_equal(array, value * 2)
         assert not array.flags.writeable  # a view of the executor's output, not a copy
     stats = scheduler.statistics()
-    assert stats["inference_count"] == 200
-    assert stats["success"]["count"] == 200
+    assert stats.inference_count == 200
+    assert stats.success.count == 200
     # Every answer names its batch; the batches' sizes add up to the requests.
-    assert len(batches) == stats["execution_count"] and sum(batches.values()) == 200
+    assert len(batches) == stats.execution_count and sum(batches.values()) == 200
     await scheduler.close()
     assert all(e.closed for e in executors)
     assert sum(e.calls for e in executors) == 200
     dispatcher.close()
+
+
+async def test_statistics_and_timing_are_typed_values_of_what_ran() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    scheduler = make_scheduler(dispatcher, [Doubler()], max_batch_size=8)
+    before_ms = time.time_ns() // 1_000_000
+    value = np.ones((2, 3), dtype=np.int32)
+    _, timing = await scheduler.infer([(INT32, value.shape, value)], 2)
+    stats = scheduler.statistics()
+    assert isinstance(stats, _core.StatisticsSnapshot)
+    assert before_ms <= stats.last_inference_ms <= time.time_ns() // 1_000_000
+    assert (stats.inference_count, stats.execution_count) == (2, 1)  # rows, batches
+    assert (stats.success.count, stats.queue.count) == (1, 1)
+    assert (stats.fail.count, stats.fail.ns) == (0, 0)
+    phases = (stats.compute_input, stats.compute_infer, stats.compute_output)
+    assert [d.count for d in phases] == [1, 1, 1]
+    assert stats.success.ns >= stats.compute_infer.ns > 0
+    assert stats.queue.ns >= 0
+    assert list(stats.batches) == [2]  # keyed by rows
+    batch = stats.batches[2]
+    assert isinstance(batch, _core.BatchDurations)
+    for ours, total in zip(
+        (batch.compute_input, batch.compute_infer, batch.compute_output), phases, strict=True
+    ):
+        assert (ours.count, ours.ns) == (total.count, total.ns)
+    for histogram in (stats.request_duration, stats.queue_duration):
+        assert histogram.bounds_us[:2] == [100, 250]
+        assert len(histogram.counts) == len(histogram.bounds_us) + 1
+        assert sum(histogram.counts) == 1
+    assert stats.request_duration.sum_ns > 0
+    assert stats.queue_duration.sum_ns >= 0
+    with pytest.raises(AttributeError):
+        stats.inference_count = 0  # type: ignore[misc]
+    # The completion's timing: read-only, on the core's clock, naming its batch.
+    assert isinstance(timing, _core.RequestTiming)
+    assert 0 < timing.enqueued <= timing.compute_start <= timing.input_done
+    assert timing.input_done <= timing.infer_done <= timing.compute_end <= CoreTiming.now_ns()
+    assert (timing.batch_requests, timing.batch_rows, timing.instance) == (1, 2, 0)
+    with pytest.raises(AttributeError):
+        timing.batch_rows = 1  # type: ignore[misc]
+    assert abs(CoreTiming.wall_ns(CoreTiming.now_ns()) - time.time_ns()) < 1_000_000_000
+    await scheduler.close()
+    dispatcher.close()
+
+
+def test_statistics_values_can_be_built_and_are_checked() -> None:
+    duration = _core.Duration(3, 4000)
+    assert (duration.count, duration.ns) == (3, 4000)
+    assert repr(duration) == "Duration(count=3, ns=4000)"
+    empty = _core.StatisticsSnapshot()
+    assert (empty.success.count, empty.batches, empty.request_duration.sum_ns) == (0, {}, 0)
+    assert empty.queue_duration.counts == [0] * (len(empty.queue_duration.bounds_us) + 1)
+    with pytest.raises(ValueError, match="counts"):
+        _core.LatencyHistogram([1, 2, 3])
+    timing = CoreTiming(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert (timing.enqueued, timing.compute_end, timing.batch_id, timing.instance) == (1, 5, 6, 9)
 
 
 async def test_executor_errors_keep_their_code() -> None:
@@ -107,7 +164,7 @@ async def test_executor_errors_keep_their_code() -> None:
     value = np.zeros((2,), dtype=np.int32)
     with pytest.raises(InvalidArgument, match="not this input"):
         await scheduler.infer([(INT32, value.shape, value)], 1)
-    assert scheduler.statistics()["fail"]["count"] == 1
+    assert scheduler.statistics().fail.count == 1
     await scheduler.close()
     with pytest.raises(Unavailable):
         await scheduler.infer([(INT32, value.shape, value)], 1)

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import inferd._core as _core
 from inferd.batching import CompletionDispatcher, HostBufferPool
 from inferd.errors import ErrorCode, ModelLoadError
 from inferd.examples import make_examples
@@ -22,18 +23,7 @@ from inferd.models import ModelRegistry
 from inferd.observability.metrics import REASONS, HostCollector, InferenceMetrics, ModelCounters
 from inferd.repository import ModelRepository
 
-STATISTICS = {
-    "success": {"count": 0, "ns": 0},
-    "queue": {"count": 0, "ns": 0},
-    "compute_input": {"count": 0, "ns": 0},
-    "compute_infer": {"count": 0, "ns": 0},
-    "compute_output": {"count": 0, "ns": 0},
-    "inference_count": 0,
-    "execution_count": 0,
-    "batches": {},
-    "request_duration": ([100], [0, 0], 0),
-    "queue_duration": ([100], [0, 0], 0),
-}
+STATISTICS = _core.StatisticsSnapshot()  # a version that has computed nothing
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

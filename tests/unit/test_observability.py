@@ -215,29 +215,24 @@ def test_without_tracing_or_verbose_logs_a_request_costs_no_telemetry_object() -
 
 
 def test_metrics_expose_triton_names_and_failure_reasons() -> None:
-    statistics = {
-        "success": {"count": 5, "ns": 5_000_000},
-        "fail": {"count": 0, "ns": 0},
-        "queue": {"count": 5, "ns": 1_000_000},
-        "compute_input": {"count": 2, "ns": 10_000},
-        "compute_infer": {"count": 2, "ns": 3_000_000},
-        "compute_output": {"count": 2, "ns": 20_000},
-        "inference_count": 9,
-        "execution_count": 2,
-        "batches": {
-            4: {
-                k: {"count": 1, "ns": 1}
-                for k in ("compute_input", "compute_infer", "compute_output")
-            },
-            5: {
-                k: {"count": 1, "ns": 1}
-                for k in ("compute_input", "compute_infer", "compute_output")
-            },
-        },
-        # The core's histograms: bounds in µs, a count per bucket and one above, sum in ns.
-        "request_duration": ([100, 1000], [1, 3, 1], 9_000_000),
-        "queue_duration": ([100, 1000], [5, 0, 0], 250_000),
-    }
+    one = _core.Duration(1, 1)
+    batch = _core.BatchDurations(one, one, one)
+    # The core's histograms: a count per bound (100, 250, 500, 1000 µs, ...) and one above all.
+    above_all = len(_core.LatencyHistogram().bounds_us)
+    statistics = _core.StatisticsSnapshot(
+        success=_core.Duration(5, 5_000_000),
+        queue=_core.Duration(5, 1_000_000),
+        compute_input=_core.Duration(2, 10_000),
+        compute_infer=_core.Duration(2, 3_000_000),
+        compute_output=_core.Duration(2, 20_000),
+        inference_count=9,
+        execution_count=2,
+        batches={4: batch, 5: batch},
+        request_duration=_core.LatencyHistogram(
+            [1, 0, 0, 3] + [0] * (above_all - 4) + [1], 9_000_000
+        ),
+        queue_duration=_core.LatencyHistogram([5] + [0] * above_all, 250_000),
+    )
     metrics = InferenceMetrics(lambda: [ModelCounters("m", "1", statistics, 3)], gpu=False)
     metrics.failed("m", "1", ErrorCode.RESOURCE_EXHAUSTED)
     metrics.failed("m", "1", ErrorCode.INVALID_ARGUMENT)

@@ -211,7 +211,7 @@ async def test_requests_queued_behind_a_batch_ride_together(examples: Path) -> N
         scheduler.infer([core_tensor(FP32, full)], 64),
         *(scheduler.infer([core_tensor(FP32, a)], a.shape[0]) for a in small),
     )
-    assert scheduler.statistics()["execution_count"] < len(results)
+    assert scheduler.statistics().execution_count < len(results)
     await scheduler.close()
     dispatcher.close()
     python = OnnxRuntimeExecutor(path, ["INPUT0"], ["OUTPUT0"], OPTIONS)

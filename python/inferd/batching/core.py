@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, NamedTuple, Protocol
@@ -24,33 +23,10 @@ from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 CoreTensor = tuple[int, Sequence[int], Any]
 
 
-class CoreTiming(NamedTuple):
-    """How the core ran one request, in the core's steady-clock nanoseconds (0 = not reached),
-    and the batch it rode in. ``wall_ns`` converts a time for export (OpenTelemetry)."""
-
-    enqueued: int
-    compute_start: int
-    input_done: int
-    infer_done: int
-    compute_end: int
-    batch_id: int
-    batch_requests: int
-    batch_rows: int
-    instance: int
-
-    @staticmethod
-    def wall_ns(steady_ns: int) -> int:
-        return steady_ns + _WALL_MINUS_STEADY_NS
-
-    @staticmethod
-    def now_ns() -> int:
-        """The core's clock now."""
-        return _core.steady_clock_ns()
-
-
-# The core's steady clock and the wall clock, read back to back once: spans are exported in wall
-# time, and the two clocks do not drift apart enough within a process's life to matter.
-_WALL_MINUS_STEADY_NS = time.time_ns() - _core.steady_clock_ns()
+# How the core ran one request, in the core's steady-clock nanoseconds (0 = not reached), and the
+# batch it rode in: read-only attributes. ``CoreTiming.now_ns()`` reads the core's clock and
+# ``CoreTiming.wall_ns(t)`` converts one of its times for export (OpenTelemetry).
+CoreTiming = _core.RequestTiming
 
 
 class CoreResult(NamedTuple):
@@ -181,7 +157,7 @@ class CompletionDispatcher:
             if future is None or future.done():
                 continue  # the caller went away (cancelled); its answer has nowhere to go
             if code == 0:
-                future.set_result(CoreResult(outputs, CoreTiming(*timing)))
+                future.set_result(CoreResult(outputs, timing))
             else:
                 future.set_exception(error_for_code(code, message))
 
@@ -323,9 +299,11 @@ class ModelScheduler:
         """Requests waiting in the queue now (not yet in a batch)."""
         return self._core.pending_requests()
 
-    def statistics(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self._core.statistics()
-        return stats
+    def statistics(self) -> _core.StatisticsSnapshot:
+        """A snapshot of the version's cumulative statistics: read-only attributes, durations as
+        ``_core.Duration`` (count, ns), per batch size as ``_core.BatchDurations``, the latency
+        histograms as ``_core.LatencyHistogram``."""
+        return self._core.statistics()
 
     async def close(self, *, reject_queued: bool = False) -> None:
         """Stops intake, lets queued requests finish (or rejects them), joins the workers and

@@ -32,6 +32,8 @@ from inferd.errors import ErrorCode
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
+    from inferd._core import Duration, LatencyHistogram, StatisticsSnapshot
+
 log = structlog.get_logger(__name__)
 
 MODEL_LABELS = ("model", "version")
@@ -56,7 +58,7 @@ class ModelCounters:
 
     name: str
     version: str
-    statistics: dict[str, Any]
+    statistics: StatisticsSnapshot
     pending: int
 
 
@@ -82,38 +84,47 @@ class CoreStatisticsCollector(Collector):
         yield counter(
             "nv_inference_request_success",
             "Number of successful inference requests, all batch sizes",
-            lambda c: c.statistics["success"]["count"],
+            lambda c: c.statistics.success.count,
         )
         yield counter(
             "nv_inference_count",
             "Number of inferences performed (rows: a batch of 4 counts 4)",
-            lambda c: c.statistics["inference_count"],
+            lambda c: c.statistics.inference_count,
         )
         yield counter(
             "nv_inference_exec_count",
             "Number of model executions performed (batches)",
-            lambda c: c.statistics["execution_count"],
+            lambda c: c.statistics.execution_count,
         )
-        for key, name, doc in (
-            ("success", "nv_inference_request_duration_us", "Cumulative request duration"),
-            ("queue", "nv_inference_queue_duration_us", "Cumulative time requests spent queued"),
+        durations: tuple[tuple[Callable[[StatisticsSnapshot], Duration], str, str], ...] = (
             (
-                "compute_input",
+                lambda s: s.success,
+                "nv_inference_request_duration_us",
+                "Cumulative request duration",
+            ),
+            (
+                lambda s: s.queue,
+                "nv_inference_queue_duration_us",
+                "Cumulative time requests spent queued",
+            ),
+            (
+                lambda s: s.compute_input,
                 "nv_inference_compute_input_duration_us",
                 "Cumulative compute input duration (batch assembly)",
             ),
             (
-                "compute_infer",
+                lambda s: s.compute_infer,
                 "nv_inference_compute_infer_duration_us",
                 "Cumulative compute inference duration",
             ),
             (
-                "compute_output",
+                lambda s: s.compute_output,
                 "nv_inference_compute_output_duration_us",
                 "Cumulative compute output duration (scatter)",
             ),
-        ):
-            yield counter(name, f"{doc} in microseconds", _cumulative_us(key))
+        )
+        for duration, name, doc in durations:
+            yield counter(name, f"{doc} in microseconds", _cumulative_us(duration))
         pending = GaugeMetricFamily(
             "nv_inference_pending_request_count",
             "Instantaneous number of requests waiting in the model's queue",
@@ -127,8 +138,8 @@ class CoreStatisticsCollector(Collector):
         for c in counters:
             pending.add_metric([c.name, c.version], c.pending)
             buckets, running, total = [], 0, 0
-            for size, batch in sorted(c.statistics["batches"].items()):
-                executions = batch["compute_infer"]["count"]
+            for size, batch in sorted(c.statistics.batches.items()):
+                executions = batch.compute_infer.count
                 running += executions
                 total += size * executions
                 buckets.append((str(float(size)), running))
@@ -136,40 +147,45 @@ class CoreStatisticsCollector(Collector):
             batch_sizes.add_metric([c.name, c.version], buckets, sum_value=total)
         yield pending
         yield batch_sizes
-        for key, name, doc in (
+        histograms: tuple[
+            tuple[Callable[[StatisticsSnapshot], LatencyHistogram], str, str], ...
+        ] = (
             (
-                "request_duration",
+                lambda s: s.request_duration,
                 "inferd_request_duration_us",
                 "Request latency in the core in microseconds, from its queueing to its answer",
             ),
             (
-                "queue_duration",
+                lambda s: s.queue_duration,
                 "inferd_queue_duration_us",
                 "Time a request waited in the core's queue, in microseconds",
             ),
-        ):
+        )
+        for histogram, name, doc in histograms:
             latency = HistogramMetricFamily(name, doc, labels=MODEL_LABELS)
             for c in counters:
-                latency.add_metric([c.name, c.version], *_cumulative_buckets(c.statistics[key]))
+                latency.add_metric(
+                    [c.name, c.version], *_cumulative_buckets(histogram(c.statistics))
+                )
             yield latency
 
 
-def _cumulative_us(key: str) -> Callable[[ModelCounters], float]:
-    return lambda c: c.statistics[key]["ns"] // 1000
+def _cumulative_us(
+    duration: Callable[[StatisticsSnapshot], Duration],
+) -> Callable[[ModelCounters], float]:
+    return lambda c: duration(c.statistics).ns // 1000
 
 
-def _cumulative_buckets(
-    histogram: tuple[list[int], list[int], int],
-) -> tuple[list[tuple[str, float]], float]:
-    """The core's (bounds in µs, count per bucket, sum in ns) -> Prometheus' cumulative buckets
-    and sum in µs."""
-    bounds, counts, sum_ns = histogram
+def _cumulative_buckets(histogram: LatencyHistogram) -> tuple[list[tuple[str, float]], float]:
+    """The core's histogram (bounds in µs, count per bucket and one above, sum in ns) ->
+    Prometheus' cumulative buckets and sum in µs."""
+    counts = histogram.counts
     buckets, running = [], 0
-    for bound, count in zip(bounds, counts, strict=False):
+    for bound, count in zip(histogram.bounds_us, counts, strict=False):
         running += count
         buckets.append((str(float(bound)), float(running)))
     buckets.append(("+Inf", float(running + counts[-1])))
-    return buckets, sum_ns / 1000
+    return buckets, histogram.sum_ns / 1000
 
 
 class FailureCounts(Collector):

@@ -5,10 +5,13 @@ the core parses and writes those bytes itself (``inferd.batching.parse_infer_req
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import inferd._proto.grpc_service_pb2 as pb
 from inferd.models import LoadedModel, ModelStatus
+
+if TYPE_CHECKING:
+    from inferd._core import Duration, StatisticsSnapshot
 
 ParameterValue = bool | int | float | str
 
@@ -45,29 +48,35 @@ def encode_model_metadata(model: LoadedModel, versions: list[int]) -> pb.ModelMe
     return message
 
 
-def _duration(target: pb.StatisticDuration, source: dict[str, int]) -> None:
-    target.count = source["count"]
-    target.ns = source["ns"]
+def _duration(target: pb.StatisticDuration, source: Duration) -> None:
+    target.count = source.count
+    target.ns = source.ns
 
 
 def encode_model_statistics(
-    entries: list[tuple[LoadedModel, dict[str, Any]]],
+    entries: list[tuple[LoadedModel, StatisticsSnapshot]],
 ) -> pb.ModelStatisticsResponse:
     message = pb.ModelStatisticsResponse()
     for model, stats in entries:
         out = message.model_stats.add(
             name=model.name,
             version=str(model.version),
-            last_inference=stats["last_inference_ms"],
-            inference_count=stats["inference_count"],
-            execution_count=stats["execution_count"],
+            last_inference=stats.last_inference_ms,
+            inference_count=stats.inference_count,
+            execution_count=stats.execution_count,
         )
-        for key in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
-            _duration(getattr(out.inference_stats, key), stats[key])
-        for size, batch in sorted(stats["batches"].items()):
+        infer = out.inference_stats
+        _duration(infer.success, stats.success)
+        _duration(infer.fail, stats.fail)
+        _duration(infer.queue, stats.queue)
+        _duration(infer.compute_input, stats.compute_input)
+        _duration(infer.compute_infer, stats.compute_infer)
+        _duration(infer.compute_output, stats.compute_output)
+        for size, batch in sorted(stats.batches.items()):
             entry = out.batch_stats.add(batch_size=size)
-            for key in ("compute_input", "compute_infer", "compute_output"):
-                _duration(getattr(entry, key), batch[key])
+            _duration(entry.compute_input, batch.compute_input)
+            _duration(entry.compute_infer, batch.compute_infer)
+            _duration(entry.compute_output, batch.compute_output)
     return message
 
 
