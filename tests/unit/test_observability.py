@@ -310,3 +310,32 @@ def test_records_inside_a_request_carry_the_trace_ids() -> None:
     with telemetry.request("m", metadata):
         record = _add_trace_ids(None, "info", {"event": "x"})
     assert record["trace_id"] == CALLER_TRACE and record["span_id"] != CALLER_SPAN
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        '00-{"level": "critical"}-forged-01',  # three dashes, not hex: the old check took it
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nlevel=critical",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  # upper case
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # the invalid trace id
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # the invalid span id
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # the invalid version
+        "00-" + "a" * 600 + "-00f067aa0ba902b7-01",
+    ],
+)
+def test_an_invalid_traceparent_never_reaches_a_log_record(traceparent: str) -> None:
+    from inferd.observability.logging import _add_trace_ids, caller_trace_id
+
+    metadata = [("traceparent", traceparent)]
+    assert caller_trace_id(metadata) is None
+    with Telemetry(LogControl()).request("m", metadata):
+        record = _add_trace_ids(None, "info", {"event": "x"})
+    assert "trace_id" not in record and "parent_span_id" not in record
+
+
+def test_a_later_versions_traceparent_gives_its_ids() -> None:
+    from inferd.observability.logging import caller_trace_id
+
+    later = f" 01-{CALLER_TRACE}-{CALLER_SPAN}-01-what-comes-later "
+    assert caller_trace_id([("traceparent", later)]) == CALLER_TRACE

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
@@ -115,12 +116,42 @@ def already_logged(error: BaseException) -> bool:
     return bool(getattr(error, _LOGGED, False))
 
 
-def caller_trace_id(metadata: Sequence[tuple[str, Any]] | None) -> str | None:
-    """The trace id of the caller's ``traceparent`` (gRPC metadata), or None when it sent none."""
+# W3C trace-context's traceparent, as the core's parse_traceparent (trace_sampling.cpp) reads it:
+# version-traceid-parentid-flags in lowercase hex, a later version's fields after a "-", blanks
+# around. Anything else is the caller's text, not ids: it never reaches a log record.
+_TRACEPARENT = re.compile(
+    r"[ \t]*(?!ff)([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-[^\n\r]*)?[ \t]*"
+)
+_TRACEPARENT_MAX_LENGTH = 512
+
+
+def parse_traceparent(value: object) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a valid ``traceparent`` header value, else None."""
+    if not isinstance(value, str) or len(value) > _TRACEPARENT_MAX_LENGTH:
+        return None
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return None
+    version, trace_id, span_id, extra = match.groups()
+    if version == "00" and extra is not None:  # version 00 has no more fields
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:  # the invalid ids
+        return None
+    return trace_id, span_id
+
+
+def _caller_ids(metadata: Sequence[tuple[str, Any]] | None) -> tuple[str, str] | None:
     for key, value in metadata or ():
-        if key == "traceparent" and isinstance(value, str) and value.count("-") == 3:
-            return value.split("-")[1]
+        if key == "traceparent":
+            return parse_traceparent(value)
     return None
+
+
+def caller_trace_id(metadata: Sequence[tuple[str, Any]] | None) -> str | None:
+    """The trace id of the caller's ``traceparent`` (gRPC metadata), or None when it sent none
+    or one that is not valid."""
+    ids = _caller_ids(metadata)
+    return None if ids is None else ids[0]
 
 
 def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
@@ -129,12 +160,10 @@ def _add_trace_ids(logger: Any, method: str, event: structlog.typing.EventDict) 
         event.setdefault("trace_id", format(context.trace_id, "032x"))
         event.setdefault("span_id", format(context.span_id, "016x"))
         return event
-    for key, value in REQUEST_METADATA.get() or ():
-        # traceparent: version-traceid-parentid-flags; the caller's ids, as it sent them.
-        if key == "traceparent" and isinstance(value, str) and value.count("-") == 3:
-            _, trace_id, span_id, _ = value.split("-")
-            event.setdefault("trace_id", trace_id)
-            event.setdefault("parent_span_id", span_id)
+    # The caller's ids, once validated.
+    if (ids := _caller_ids(REQUEST_METADATA.get())) is not None:
+        event.setdefault("trace_id", ids[0])
+        event.setdefault("parent_span_id", ids[1])
     return event
 
 
