@@ -63,6 +63,25 @@ def test_a_symlink_out_of_the_repository_is_refused(repo: Path, tmp_path: Path) 
         link.unlink()
 
 
+def test_a_config_linked_out_of_the_model_is_refused(tmp_path: Path) -> None:
+    """issue 13: config.pbtxt must resolve inside the model's folder like its other files."""
+    root = tmp_path / "models"
+    write_identity_model(root / "linked", "FP32")
+    secret = tmp_path / "secret.pbtxt"
+    secret.write_text('name: "linked"\n')
+    (root / "linked" / "config.pbtxt").unlink(missing_ok=True)
+    os.symlink(secret, root / "linked" / "config.pbtxt")
+    with pytest.raises(InvalidArgument, match=r"config\.pbtxt resolves outside the model"):
+        ModelRepository(root).config_path("linked")
+    # A link inside the model's folder is followed, as for model files.
+    inside = root / "linked" / "configs" / "a.pbtxt"
+    inside.parent.mkdir()
+    inside.write_text('name: "linked"\n')
+    (root / "linked" / "config.pbtxt").unlink()
+    os.symlink(inside, root / "linked" / "config.pbtxt")
+    assert ModelRepository(root).config_path("linked") == root / "linked" / "config.pbtxt"
+
+
 def test_config_is_completed_from_the_model(repo: Path) -> None:
     config = config_of(repo, "identity_fp32")
     assert config.name == "identity_fp32"

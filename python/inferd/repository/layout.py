@@ -108,8 +108,16 @@ class ModelRepository:
         return sorted(int(p.name) for p in entries if p.is_dir() and _VERSION.match(p.name))
 
     def config_path(self, name: str) -> Path | None:
-        path = self.model_dir(name) / CONFIG_FILE
-        return path if path.is_file() else None
+        """The model's config.pbtxt, if it has one, confined to the model's folder like its
+        other files (a link out of it is refused, not read)."""
+        model_dir = self.model_dir(name)
+        path = model_dir / CONFIG_FILE
+        if not path.is_file() and not path.is_symlink():
+            return None
+        resolved = _resolved(path, f"model {name!r} {CONFIG_FILE}")
+        if not resolved.is_relative_to(model_dir):
+            raise InvalidArgument(f"model {name!r}: {CONFIG_FILE} resolves outside the model")
+        return path if resolved.is_file() else None
 
     def model_file(self, name: str, version: int, filename: str = "") -> Path:
         """The version's model file (``model.onnx`` unless the config names another)."""
