@@ -5,7 +5,9 @@ scheduler. Nothing here is installed or served: that is ``inferd.models.registry
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
@@ -20,11 +22,11 @@ from inferd.batching import (
     cuda_runtime_description,
 )
 from inferd.datatypes import BY_CONFIG_TYPE
-from inferd.errors import InferdError, ModelLoadError
+from inferd.errors import Cancelled, InferdError, ModelLoadError
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.selection import create_executors
 from inferd.models.loaded import LoadedModel, TensorSpec
-from inferd.models.warmup import warm_up, warmup_samples
+from inferd.models.warmup import WarmupLimits, warm_up, warmup_samples
 from inferd.repository import (
     ModelRepository,
     batching_policy,
@@ -43,6 +45,15 @@ def default_engine_cache_dir() -> Path:
     """Where TensorRT engines built at load time are kept: $XDG_CACHE_HOME/inferd/engines."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "inferd" / "engines"
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """What building one version may cost (a config or a load request's override asking for
+    more is refused before anything is built). ``None``: no limit."""
+
+    max_instance_count: int | None = None  # executor instances per version (--max-instance-count)
+    warmup: WarmupLimits = field(default_factory=WarmupLimits)
 
 
 def _specs(tensors: Iterable[ModelInput] | Iterable[ModelOutput]) -> list[TensorSpec]:
@@ -82,7 +93,9 @@ class ModelVersionBuilder:
         default_max_batch_size: int,
         onnxruntime_options: OnnxRuntimeOptions,
         engine_cache_dir: Path | None = None,
+        limits: LoadLimits | None = None,
     ) -> None:
+        self._limits = limits or LoadLimits()
         self._repository = repository
         self._dispatcher = dispatcher
         self._pool = pool
@@ -90,9 +103,17 @@ class ModelVersionBuilder:
         self._ort_options = onnxruntime_options
         self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
 
-    def build(self, name: str, override: ModelConfig | None) -> dict[int, LoadedModel]:
+    def build(
+        self,
+        name: str,
+        override: ModelConfig | None,
+        abandon: threading.Event | None = None,
+    ) -> dict[int, LoadedModel]:
         """Builds every version the policy selects, warmed up (``override``: a ModelConfig
-        replacing config.pbtxt). Raises (after freeing what it built) if any version fails."""
+        replacing config.pbtxt). Raises (after freeing what it built) if any version fails, and
+        Cancelled once ``abandon`` is set (checked between steps and warm-up runs: a session
+        being created or a run in progress is not interrupted)."""
+        abandon = abandon or threading.Event()
         available = self._repository.versions(name)
         if not available:
             raise ModelLoadError(f"model {name!r} has no numeric version folder")
@@ -114,8 +135,10 @@ class ModelVersionBuilder:
         built: dict[int, LoadedModel] = {}
         try:
             for version in versions:
+                if abandon.is_set():
+                    raise Cancelled(f"model {name!r}: the load was abandoned")
                 try:
-                    built[version] = self._build_version(name, version, config)
+                    built[version] = self._build_version(name, version, config, abandon)
                 except InferdError:
                     raise
                 except Exception as e:  # a model file or library surprise: a failed load
@@ -134,7 +157,9 @@ class ModelVersionBuilder:
             raise
         return built
 
-    def _build_version(self, name: str, version: int, config: ModelConfig) -> LoadedModel:
+    def _build_version(
+        self, name: str, version: int, config: ModelConfig, abandon: threading.Event
+    ) -> LoadedModel:
         model_file = self._repository.model_file(name, version, model_filename(config))
         policy = batching_policy(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
@@ -142,6 +167,14 @@ class ModelVersionBuilder:
         inputs, outputs = _specs(config.input), _specs(config.output)
         placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
         accelerator = gpu_accelerator(config)
+        limit = self._limits.max_instance_count
+        if limit is not None and len(placements) > limit:
+            raise ModelLoadError(
+                f"model {name!r}: its instance groups ask for {len(placements)} instances, more "
+                f"than the server's limit of {limit} (--max-instance-count)"
+            )
+        warmup = self._limits.warmup
+        samples = warmup_samples(config, model_file.parent.parent, warmup)  # checked before
         executors = create_executors(
             config,
             model_file,
@@ -153,7 +186,7 @@ class ModelVersionBuilder:
         )
         try:
             # Before the version is ready: every instance runs the config's warm-up samples.
-            warm_up(executors, warmup_samples(config, model_file.parent.parent), name)
+            warm_up(executors, samples, name, timeout_s=warmup.timeout_s, abandon=abandon)
         except BaseException:
             for executor in executors:
                 executor.close()

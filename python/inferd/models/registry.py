@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,9 @@ import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CompletionDispatcher, HostBufferPool
-from inferd.errors import InferdError, NotFound, Unavailable
+from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
-from inferd.models.builder import ModelVersionBuilder
+from inferd.models.builder import LoadLimits, ModelVersionBuilder
 from inferd.models.loaded import LoadedModel
 from inferd.repository import ModelRepository
 
@@ -58,8 +59,9 @@ class ModelRegistry:
     Used from the event loop's thread, except ``load_all``, which runs on a worker thread before
     the server serves. A (re)load builds the new versions beside the old ones and swaps them in
     only when all are ready; the old ones then drain (what they have queued is still computed)
-    before they are freed, so no request is lost or failed by the change. A failed load leaves
-    what was serving as it was.
+    before they are freed, so no request is lost or failed by the change. A failed load, or one
+    its caller cancels, leaves the model's states and readiness as they were before it, and frees
+    what it built. ``abandon_loads`` (shutdown) stops every load in progress at its next step.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class ModelRegistry:
         default_max_batch_size: int,
         onnxruntime_options: OnnxRuntimeOptions,
         engine_cache_dir: Path | None = None,
+        limits: LoadLimits | None = None,
     ) -> None:
         self._repository = repository
         self._builder = ModelVersionBuilder(
@@ -80,7 +83,11 @@ class ModelRegistry:
             default_max_batch_size=default_max_batch_size,
             onnxruntime_options=onnxruntime_options,
             engine_cache_dir=engine_cache_dir,
+            limits=limits,
         )
+        # Set once the server stops: builds in progress (any thread) end at their next step.
+        self._abandon = threading.Event()
+        self._loading: set[threading.Event] = set()  # the abandon flags of loads in progress
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
@@ -116,9 +123,13 @@ class ModelRegistry:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
         model that fails is recorded, not raised."""
         for name in self._repository.model_names() if names is None else names:
+            if self._abandon.is_set():
+                break  # stopping: what is left is not loaded
             self._wanted.add(name)
             try:
-                self._install(name, self._builder.build(name, None))
+                self._install(name, self._builder.build(name, None, self._abandon))
+            except Cancelled:
+                break
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._load_failed(name)
@@ -126,38 +137,111 @@ class ModelRegistry:
         self._changed()
 
     async def load(self, name: str, override: ModelConfig | None = None) -> None:
-        """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt)."""
+        """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt). If the
+        caller is cancelled, the build is abandoned, what it built freed and the model's states
+        put back before the CancelledError goes on."""
         self._repository.model_dir(name)  # refuses unsafe or unknown names first
+        if self._abandon.is_set():
+            raise Unavailable("the server is shutting down")
         async with self._locks.setdefault(name, asyncio.Lock()):
+            was_wanted = name in self._wanted
+            before = {k: s for k, s in self._statuses.items() if k[0] == name}
             self._wanted.add(name)
             serving = name in self._models
             if not serving:
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.LOADING)
-            loop = asyncio.get_running_loop()
+                self._changed()  # readiness and health follow the LOADING state
             try:
-                built = await loop.run_in_executor(None, self._builder.build, name, override)
+                built = await self._build(name, override)
             except InferdError as e:
-                # The caller is told; the log keeps the reason. Not an error of the server's.
-                log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
-                self._load_failed(name)
+                if isinstance(e, Cancelled):
+                    log.info("model load abandoned", model=name, kept_serving=serving)
+                else:
+                    # The caller is told; the log keeps the reason. Not an error of the server's.
+                    log.warning(
+                        "model load failed", model=name, reason=str(e), kept_serving=serving
+                    )
+                    self._load_failed(name)
                 if not serving:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)
                     )
+                if not was_wanted:
+                    # A client's failed load of a new model must not make the server unready.
+                    self._wanted.discard(name)
                 self._changed()
+                raise
+            except asyncio.CancelledError:
+                log.info("model load cancelled by its caller", model=name, kept_serving=serving)
+                self._restore(name, was_wanted, before)
                 raise
             old = self._install(name, built)
             for model in old:
                 await model.scheduler.close()  # drains: its queued requests are still answered
                 _log_freed(model)
 
+    async def _build(self, name: str, override: ModelConfig | None) -> dict[int, LoadedModel]:
+        """The builder's work on a worker thread. Cancelled, it tells the build to stop and waits
+        for it (a thread cannot be interrupted: the step in progress ends first), frees what was
+        built and raises CancelledError; so the caller's cancellation leaves nothing behind."""
+        abandon = threading.Event()
+        self._loading.add(abandon)
+        if self._abandon.is_set():
+            abandon.set()
+        build = asyncio.get_running_loop().run_in_executor(
+            None, self._builder.build, name, override, abandon
+        )
+        cancelled = False
+        try:
+            while True:
+                try:
+                    built = await asyncio.shield(build)
+                    break
+                except asyncio.CancelledError:
+                    cancelled = True
+                    abandon.set()  # and wait again: the build ends at its next step
+                except BaseException:
+                    if cancelled:
+                        raise asyncio.CancelledError from None
+                    raise
+        finally:
+            self._loading.discard(abandon)
+        if abandon.is_set():  # cancelled, or the server stopping, after the last step
+            for model in built.values():
+                model.scheduler.close_now()
+            if cancelled:
+                raise asyncio.CancelledError
+            raise Cancelled(f"model {name!r}: the load was abandoned")
+        return built
+
+    def _restore(
+        self, name: str, was_wanted: bool, before: dict[tuple[str, str], ModelStatus]
+    ) -> None:
+        """Puts the model's states and wanted-ness back as they were before a load."""
+        for key in [k for k in self._statuses if k[0] == name]:
+            del self._statuses[key]
+        self._statuses.update(before)
+        if not was_wanted:
+            self._wanted.discard(name)
+        self._changed()
+
+    def abandon_loads(self) -> None:
+        """Shutdown: loads in progress stop at their next step (between sessions and warm-up
+        runs), and no new load starts. Safe to call from any thread."""
+        self._abandon.set()
+        for load in list(self._loading):
+            load.set()
+
     async def unload(self, name: str) -> None:
         """Stops admitting requests to ``name``, drains what it has queued, frees it."""
+        if name not in self._models and not any(k[0] == name for k in self._statuses):
+            # Checked before anything is made for the name: an unknown one leaves nothing behind.
+            raise NotFound(f"model {name!r} is not loaded")
         async with self._locks.setdefault(name, asyncio.Lock()):
-            self._wanted.discard(name)
             versions = self._models.pop(name, {})
             if not versions and not any(k[0] == name for k in self._statuses):
                 raise NotFound(f"model {name!r} is not loaded")
+            self._wanted.discard(name)
             for version in versions:
                 self._statuses[(name, str(version))] = ModelStatus(
                     name, str(version), ModelState.UNLOADING

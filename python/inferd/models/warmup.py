@@ -3,6 +3,9 @@ version is marked ready, so the first real request does not pay ONNX Runtime's f
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,9 +14,23 @@ import numpy as np
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
 from inferd.batching import Executor
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
-from inferd.errors import ModelLoadError
+from inferd.errors import Cancelled, ModelLoadError
 
 WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as in Triton
+
+
+@dataclass(frozen=True)
+class WarmupLimits:
+    """What one version's warm-up may cost: a config (or a load request's override) asking for
+    more is refused before anything is allocated or run. ``None``: no limit."""
+
+    max_count: int | None = None  # runs of one sample (--max-warmup-count)
+    max_bytes: int | None = None  # input bytes of all samples together (--max-warmup-bytes)
+    timeout_s: float | None = None  # all runs on every instance, seconds (--warmup-timeout-secs)
+
+
+# BYTES elements made up (zero or random data) are this many bytes each.
+_MADE_UP_BYTES_ELEMENT = 8
 
 
 @dataclass(frozen=True)
@@ -31,12 +48,9 @@ def _array(
     where: str,
 ) -> np.ndarray:
     choice = source.WhichOneof("input_data_type")
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if choice == "input_data_file":
-        folder = (model_dir / WARMUP_FOLDER).resolve()
-        path = (folder / source.input_data_file).resolve()
-        if not path.is_relative_to(folder) or not path.is_file():
-            raise ModelLoadError(f"{where}: input_data_file must name a file in {WARMUP_FOLDER}/")
+        path = _data_file(source, model_dir, where)
         raw = path.read_bytes()
         if datatype.is_bytes:
             # One element per file, as Triton does for STRING warm-up data.
@@ -59,15 +73,49 @@ def _array(
     return np.zeros(shape, dtype=datatype.numpy)
 
 
-def warmup_samples(config: ModelConfig, model_dir: Path) -> list[WarmupSample]:
-    """The config's warm-up samples as arrays, checked against its inputs."""
+def _data_file(source: ModelWarmup.Input, model_dir: Path, where: str) -> Path:
+    folder = (model_dir / WARMUP_FOLDER).resolve()
+    path = (folder / source.input_data_file).resolve()
+    if not path.is_relative_to(folder) or not path.is_file():
+        raise ModelLoadError(f"{where}: input_data_file must name a file in {WARMUP_FOLDER}/")
+    return path
+
+
+def _input_bytes(
+    datatype: Datatype,
+    shape: tuple[int, ...],
+    source: ModelWarmup.Input,
+    model_dir: Path,
+    where: str,
+) -> int:
+    """The bytes ``_array`` would allocate for this input, known before it allocates them."""
+    count = math.prod(shape)
+    if datatype.is_bytes:
+        if source.WhichOneof("input_data_type") == "input_data_file":
+            return count * _data_file(source, model_dir, where).stat().st_size
+        return count * _MADE_UP_BYTES_ELEMENT
+    return count * datatype.itemsize
+
+
+def warmup_samples(
+    config: ModelConfig, model_dir: Path, limits: WarmupLimits | None = None
+) -> list[WarmupSample]:
+    """The config's warm-up samples as arrays, checked against its inputs and ``limits`` (every
+    sample's count and size are checked before the first array is made)."""
+    limits = limits or WarmupLimits()
     samples: list[WarmupSample] = []
     batched = config.max_batch_size > 0
+    total_bytes = 0
     for sample in config.model_warmup:
         where = f"model {config.name!r} warm-up sample {sample.name!r}"
         rows = max(1, int(sample.batch_size))
         if batched and rows > config.max_batch_size:
             raise ModelLoadError(f"{where}: batch_size {rows} exceeds max_batch_size")
+        if limits.max_count is not None and sample.count > limits.max_count:
+            raise ModelLoadError(
+                f"{where}: count {sample.count} exceeds the server's limit of {limits.max_count} "
+                "(--max-warmup-count)"
+            )
         unknown = sorted(set(sample.inputs) - {t.name for t in config.input})
         if unknown:
             raise ModelLoadError(f"{where}: the model has no input(s) {unknown}")
@@ -97,6 +145,14 @@ def warmup_samples(config: ModelConfig, model_dir: Path) -> list[WarmupSample]:
                     f"do not fit {list(tensor.dims)}"
                 )
             shape = ((rows,) if batched else ()) + dims
+            total_bytes += _input_bytes(
+                datatype, shape, source, model_dir, f"{where} input {tensor.name!r}"
+            )
+            if limits.max_bytes is not None and total_bytes > limits.max_bytes:
+                raise ModelLoadError(
+                    f"{where}: the warm-up inputs need more than the server's limit of "
+                    f"{limits.max_bytes} bytes (--max-warmup-bytes)"
+                )
             array = _array(datatype, shape, source, model_dir, f"{where} input {tensor.name!r}")
             if tensor.HasField("reshape"):
                 # The model sees reshape.shape (its -1, if any, takes what dims leave).
@@ -112,11 +168,28 @@ def _model_dims(tensor: ModelInput, dims: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(count // known if d == -1 else int(d) for d in tensor.reshape.shape)
 
 
-def warm_up(executors: list[Executor], samples: list[WarmupSample], model: str) -> None:
-    """Runs every sample ``count`` times on every instance; a failure fails the load."""
+def warm_up(
+    executors: list[Executor],
+    samples: list[WarmupSample],
+    model: str,
+    *,
+    timeout_s: float | None = None,
+    abandon: threading.Event | None = None,
+) -> None:
+    """Runs every sample ``count`` times on every instance; a failure fails the load. Between
+    runs it stops when ``abandon`` is set (the load was cancelled, or the server is stopping:
+    Cancelled) or ``timeout_s`` has passed (a failed load)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for executor in executors:
         for sample in samples:
             for _ in range(sample.count):
+                if abandon is not None and abandon.is_set():
+                    raise Cancelled(f"model {model!r}: the load was abandoned during warm-up")
+                if deadline is not None and time.monotonic() > deadline:
+                    raise ModelLoadError(
+                        f"model {model!r} warm-up took longer than the server's limit of "
+                        f"{timeout_s:g} s (--warmup-timeout-secs)"
+                    )
                 try:
                     executor.execute(list(sample.inputs))
                 except Exception as e:  # the executor's own errors too: a failed load, no crash
