@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc)
 # libb64 for Triton's perf_analyzer (benchmarks).
 APT_PACKAGES := g++ cmake make pkg-config libgtest-dev libgrpc++-dev openssl libb64-0d
 
-.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean fuzz fuzz-ci fuzz-build fuzz-deps
+.PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean fuzz fuzz-ci fuzz-build fuzz-deps fuzz-live
 
 help:
 	@echo "make serve          set up, build, write the example models, serve them on port $(PORT)"
@@ -20,8 +20,10 @@ help:
 	@echo "make test-sanitize  C++ tests under AddressSanitizer and ThreadSanitizer"
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
 	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code), clang-format"
-	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600)"
-	@echo "make fuzz-ci        the same, bounded to FUZZ_CI_SECONDS (60): what CI runs"
+	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600),"
+	@echo "                    then fuzz-live"
+	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (60): what CI runs"
+	@echo "make fuzz-live      hypothesis against a live server, FUZZ_LIVE_EXAMPLES (5000) examples per test"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
@@ -132,6 +134,17 @@ fuzz-build: setup fuzz-deps
 
 fuzz: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_CORPORA)
+	$(MAKE) fuzz-live
+
+# hypothesis against a live server (tests/integration/test_fuzz_live_server.py): arbitrary
+# ModelInferRequests and byte strings, good requests interleaved. The test suite runs it with the
+# bounded, derandomized "ci" profile; the "long" profile draws new examples every run and keeps
+# the failing ones in .hypothesis/ to replay them first.
+FUZZ_LIVE_EXAMPLES ?= 5000
+fuzz-live: build
+	INFERD_FUZZ_PROFILE=long INFERD_FUZZ_EXAMPLES=$(FUZZ_LIVE_EXAMPLES) \
+	  $(PY) -m pytest -p no:cacheprovider -o timeout=0 --hypothesis-show-statistics \
+	  tests/integration/test_fuzz_live_server.py
 
 fuzz-ci: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_CI_SECONDS) $(FUZZ_CORPORA)
