@@ -27,7 +27,9 @@ from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
 from inferd.models import ModelRegistry
+from inferd.models.builder import LoadLimits
 from inferd.models.control import ControlMode, ModelControl
+from inferd.models.warmup import WarmupLimits
 from inferd.observability.logging import LogControl
 from inferd.observability.metrics import InferenceMetrics, ModelCounters
 from inferd.observability.telemetry import Telemetry
@@ -117,6 +119,17 @@ def _ort_defaults(settings: ServerSettings) -> OnnxRuntimeOptions:
     )
 
 
+def _load_limits(settings: ServerSettings) -> LoadLimits:
+    return LoadLimits(
+        max_instance_count=settings.max_instance_count,
+        warmup=WarmupLimits(
+            max_count=settings.max_warmup_count,
+            max_bytes=settings.max_warmup_bytes,
+            timeout_s=settings.warmup_timeout_secs,
+        ),
+    )
+
+
 def _read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8") if path else ""
 
@@ -180,6 +193,7 @@ async def create_server(
         pool,
         default_max_batch_size=settings.default_max_batch_size,
         onnxruntime_options=_ort_defaults(settings),
+        limits=_load_limits(settings),
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.
@@ -201,7 +215,12 @@ async def create_server(
             "--model-control-mode must be none, explicit or poll, "
             f"not {settings.model_control_mode!r}"
         ) from None
-    control = ModelControl(registry, repository, mode)
+    control = ModelControl(
+        registry,
+        repository,
+        mode,
+        max_config_override_bytes=settings.max_config_override_bytes,
+    )
     startup = control.startup_models(
         [n.strip() for n in settings.load_model.split(",") if n.strip()]
     )

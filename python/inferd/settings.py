@@ -77,6 +77,28 @@ class ServerSettings:
     repository_poll_secs: float = field(
         default=15.0, metadata=_help("Poll mode: seconds between scans of the repository.")
     )
+    max_config_override_bytes: int = field(
+        default=1024 * 1024,
+        metadata=_help("Largest config a RepositoryModelLoad request may give (bytes of JSON)."),
+    )
+    max_instance_count: int = field(
+        default=16,
+        metadata=_help("Most executor instances a model version may have (all its groups)."),
+    )
+    max_warmup_count: int = field(
+        default=1000, metadata=_help("Most runs one model_warmup sample may ask for (count).")
+    )
+    max_warmup_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=_help("Most bytes the warm-up inputs of a model version may take together."),
+    )
+    warmup_timeout_secs: float = field(
+        default=120.0,
+        metadata=_help(
+            "Longest a model version's warm-up may run (every sample on every instance); "
+            "past it the load fails."
+        ),
+    )
     default_max_batch_size: int = field(
         default=4,
         metadata=_help(

@@ -57,8 +57,14 @@ class ModelControl:
     """Applies the control mode to the registry. Used from the event loop's thread."""
 
     def __init__(
-        self, registry: ModelRegistry, repository: ModelRepository, mode: ControlMode
+        self,
+        registry: ModelRegistry,
+        repository: ModelRepository,
+        mode: ControlMode,
+        *,
+        max_config_override_bytes: int | None = None,
     ) -> None:
+        self._max_override_bytes = max_config_override_bytes
         self.registry = registry
         self.repository = repository
         self.mode = mode
@@ -113,6 +119,13 @@ class ModelControl:
             if key == CONFIG_OVERRIDE:
                 if not isinstance(value, str):
                     raise InvalidArgument(f"load parameter {key!r} must be a JSON string")
+                limit = self._max_override_bytes
+                # Characters first: never fewer than the bytes, and no copy of a huge value.
+                if limit is not None and (len(value) > limit or len(value.encode()) > limit):
+                    raise InvalidArgument(
+                        f"load parameter {key!r} has more than the server's limit of {limit} "
+                        "bytes (--max-config-override-bytes)"
+                    )
                 override = parse_config_json(value, f"load request for {name!r}")
             else:
                 # Triton's "file:<path>" parameters would write into the repository: refused.
