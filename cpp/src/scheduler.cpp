@@ -2,19 +2,43 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
 
-#include "inferd/batch.h"
+#include "inferd/structured_log.h"
 
 namespace inferd {
 namespace {
 
 uint64_t ns_since(Clock::time_point t, Clock::time_point now) {
   return now > t ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - t).count()) : 0;
+}
+
+// The most extra executions that isolating the culprits of a failed batch of `n` requests may
+// cost: enough for two culprits (2*ceil(log2 n) each), never more than the whole bisection tree.
+size_t isolation_budget(size_t n) {
+  size_t levels = 0;
+  while ((size_t{1} << levels) < n) ++levels;
+  return std::min(2 * n - 2, 4 * levels);
+}
+
+// How the server log names a request: its id, or its token when it has none.
+std::string request_label(const InferenceRequest& request) {
+  return request.id.empty() ? "#" + std::to_string(request.token) : request.id;
+}
+
+std::string request_labels(const RequestBatch& requests) {
+  std::string out;
+  for (const auto& request : requests) {
+    if (!out.empty()) out += ",";
+    out += request_label(*request);
+  }
+  return out;
 }
 
 }  // namespace
@@ -24,7 +48,8 @@ struct Scheduler::StagedBatch {
   std::vector<std::unique_ptr<InferenceRequest>> requests;
   std::vector<Tensor> inputs;
   BatchTimeline timeline;
-  Status status;  // not ok: gathering or staging failed; the requests are failed with it
+  Status status;                 // not ok: gathering or staging failed; the requests are failed with it
+  bool executor_failed = false;  // the executor (stage, execute or its outputs), not gathering, failed
 };
 
 // The handoff between a pipelined instance's stager thread and its worker: holds at most one
@@ -36,6 +61,7 @@ class Scheduler::StagedBatchSlot {
     std::unique_lock<std::mutex> lock(mutex_);
     changed_.wait(lock, [&] { return !batch_; });
     batch_ = std::move(batch);
+    staging_ = false;
     changed_.notify_all();
   }
   // Blocks until a batch is there (true) or the stager has finished and nothing is left (false).
@@ -53,12 +79,39 @@ class Scheduler::StagedBatchSlot {
     finished_ = true;
     changed_.notify_all();
   }
+  // The stager, before it stages a batch: waits while the worker has paused staging.
+  void begin_staging() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !paused_; });
+    staging_ = true;
+  }
+  // The worker: stops the stager before its next batch and returns, in staging order, the
+  // batches it had already staged (they are on the executor and must execute first).
+  std::vector<StagedBatch> pause() {
+    std::vector<StagedBatch> staged;
+    std::unique_lock<std::mutex> lock(mutex_);
+    paused_ = true;
+    for (;;) {
+      changed_.wait(lock, [&] { return batch_ || !staging_; });
+      if (!batch_) return staged;
+      staged.push_back(std::move(*batch_));
+      batch_.reset();
+      changed_.notify_all();
+    }
+  }
+  void resume() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    paused_ = false;
+    changed_.notify_all();
+  }
 
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<StagedBatch> batch_;  // guarded by mutex_
   bool finished_ = false;             // guarded by mutex_
+  bool paused_ = false;               // guarded by mutex_: the worker is isolating a failed batch
+  bool staging_ = false;              // guarded by mutex_: from begin_staging() to put()
 };
 
 Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
@@ -142,7 +195,7 @@ void Scheduler::run_instance(Executor* executor, uint32_t instance) {
   std::vector<std::unique_ptr<InferenceRequest>> batch;
   while (take_batch(&batch)) {
     StagedBatch staged = stage_batch(executor, &batch);
-    execute_batch(executor, instance, &staged);
+    execute_batch(executor, instance, &staged, nullptr);
   }
 }
 
@@ -154,11 +207,14 @@ void Scheduler::run_pipelined_instance(Executor* executor, uint32_t instance) {
   std::thread stager([&] {
     pthread_setname_np(pthread_self(), "inferd-stager");
     std::vector<std::unique_ptr<InferenceRequest>> batch;
-    while (take_batch(&batch)) slot.put(stage_batch(executor, &batch));
+    while (take_batch(&batch)) {
+      slot.begin_staging();
+      slot.put(stage_batch(executor, &batch));
+    }
     slot.finish();
   });
   StagedBatch staged;
-  while (slot.take(&staged)) execute_batch(executor, instance, &staged);
+  while (slot.take(&staged)) execute_batch(executor, instance, &staged, &slot);
   stager.join();
 }
 
@@ -169,7 +225,10 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
   staged.timeline.start = Clock::now();
   try {
     staged.inputs = gather_inputs(staged.requests, pool_.get(), options_.batching.padding);
-    if (executor->pipelined()) staged.status = executor->stage(staged.inputs);
+    if (executor->pipelined()) {
+      staged.status = executor->stage(staged.inputs);
+      staged.executor_failed = !staged.status.ok();
+    }
   } catch (const std::exception& e) {
     staged.status = Status::Error(StatusCode::kInternal, std::string("batch assembly failed: ") + e.what());
   }
@@ -177,12 +236,44 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
   return staged;
 }
 
-void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
+void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged, StagedBatchSlot* slot) {
+  const Status status = run_batch(executor, instance, staged);
+  if (status.ok()) return;
+  if (!staged->executor_failed || staged->requests.size() < 2) {
+    for (auto& request : staged->requests) fail(std::move(request), status);
+    staged->requests.clear();
+    return;
+  }
+  if (slot == nullptr) {
+    isolate_failures(executor, instance, std::move(staged->requests), status);
+    staged->requests.clear();
+    return;
+  }
+  // Batches already staged on a pipelined executor execute first, in staging order; isolation
+  // then stages and executes one group at a time while the stager waits.
+  std::vector<std::pair<RequestBatch, Status>> failed;
+  failed.emplace_back(std::move(staged->requests), status);
+  staged->requests.clear();
+  for (StagedBatch& next : slot->pause()) {
+    const Status next_status = run_batch(executor, instance, &next);
+    if (next_status.ok()) continue;
+    if (next.executor_failed && next.requests.size() > 1) {
+      failed.emplace_back(std::move(next.requests), next_status);
+    } else {
+      for (auto& request : next.requests) fail(std::move(request), next_status);
+    }
+  }
+  for (auto& [requests, batch_status] : failed) isolate_failures(executor, instance, std::move(requests), batch_status);
+  slot->resume();
+}
+
+Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
   auto* batch = &staged->requests;
   BatchTimeline& timeline = staged->timeline;
   Status status = staged->status;
   std::vector<std::vector<Tensor>> per_request;
   if (status.ok()) {
+    staged->executor_failed = true;  // unless it succeeds below, the failure is the executor's
     try {
       std::vector<Tensor> outputs;
       status = executor->execute(staged->inputs, &outputs);
@@ -194,13 +285,10 @@ void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch
     } catch (const std::exception& e) {
       status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
     }
+    if (status.ok()) staged->executor_failed = false;
   }
   staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
-  if (!status.ok()) {
-    for (auto& request : *batch) fail(std::move(request), status);
-    batch->clear();
-    return;
-  }
+  if (!status.ok()) return status;
   statistics_.record_batch(*batch, timeline);
   RequestTiming timing;
   timing.compute_start = timeline.start;
@@ -220,6 +308,67 @@ void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch
     const uint64_t sequence = (*batch)[i]->sequence;
     completion.request = std::move((*batch)[i]);
     complete(std::move(completion), sequence);
+  }
+  batch->clear();
+  return Status::Ok();
+}
+
+void Scheduler::isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status) {
+  const size_t batch_size = requests.size();
+  const std::string labels = request_labels(requests);
+  size_t budget = isolation_budget(batch_size);
+  size_t executions = 0;
+  std::string culprits;
+  // Groups that failed as a whole, each with its own run's status; depth first.
+  std::vector<std::pair<RequestBatch, Status>> failing;
+  failing.emplace_back(std::move(requests), status);
+  const Status unresolved = Status::Error(
+      StatusCode::kInternal, "model '" + options_.model_name + "' failed a batch of " + std::to_string(batch_size) +
+                                 " requests that this request was in, and the request that caused it was not found " +
+                                 "within " + std::to_string(budget) + " re-runs; the server log has the reason");
+  while (!failing.empty()) {
+    auto [group, group_status] = std::move(failing.back());
+    failing.pop_back();
+    if (group.size() == 1) {  // it failed alone: its own run's message names no other request
+      if (!culprits.empty()) culprits += ",";
+      culprits += request_label(*group.front());
+      fail(std::move(group.front()), group_status);
+      continue;
+    }
+    if (budget < 2) {
+      for (auto& request : group) fail(std::move(request), unresolved);
+      continue;
+    }
+    budget -= 2;
+    const auto middle = group.begin() + static_cast<std::ptrdiff_t>(group.size() / 2);
+    RequestBatch halves[2];
+    halves[0].assign(std::make_move_iterator(group.begin()), std::make_move_iterator(middle));
+    halves[1].assign(std::make_move_iterator(middle), std::make_move_iterator(group.end()));
+    // Pushed second half first, so that the first half is isolated first (depth first).
+    std::pair<RequestBatch, Status> failed[2];
+    for (int h = 0; h < 2; ++h) {
+      StagedBatch staged = stage_batch(executor, &halves[h]);
+      ++executions;
+      Status half_status = run_batch(executor, instance, &staged);
+      if (half_status.ok()) continue;
+      if (!staged.executor_failed) {  // gathering failed (no memory): not the requests' doing
+        for (auto& request : staged.requests) fail(std::move(request), half_status);
+        continue;
+      }
+      failed[h] = {std::move(staged.requests), std::move(half_status)};
+    }
+    for (int h = 1; h >= 0; --h) {
+      if (!failed[h].first.empty()) failing.push_back(std::move(failed[h]));
+    }
+  }
+  if (core_logs(LogLevel::kWarning)) {
+    LogRecord("batch failed; its requests were re-run to find the ones that cause it", LogLevel::kWarning)
+        .add("model", options_.model_name)
+        .add("reason", status.message)
+        .add("requests", labels)
+        .add("failed_alone", culprits)
+        .add("extra_executions", std::to_string(executions))
+        .write();
   }
 }
 

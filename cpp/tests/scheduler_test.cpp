@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -483,6 +485,170 @@ TEST(Scheduler, ExpiriesAreAnsweredWhileEveryInstanceIsBusy) {
   EXPECT_EQ(collect(*queue, 1).count(1), 1u);
   std::lock_guard<std::mutex> lock(mutex);
   EXPECT_EQ(rows.size(), 1u);
+}
+
+// Doubles an INT32 input, but fails a batch in which any row holds a poisoned value, with a
+// message that lists every value of the batch (as runtimes' messages quote their inputs).
+// Optionally pipelined, checking that it executes batches in staging order.
+class PoisonedExecutor : public Executor {
+ public:
+  PoisonedExecutor(std::vector<int32_t> poison, bool pipelined) : poison_(std::move(poison)), pipelined_(pipelined) {}
+  bool pipelined() const override { return pipelined_; }
+  Status stage(const std::vector<Tensor>& inputs) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    staged.push_back(inputs.at(0).data);
+    return Status::Ok();
+  }
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const Tensor& in = inputs.at(0);
+    const auto* src = reinterpret_cast<const int32_t*>(in.data);
+    const size_t n = in.byte_size / 4;
+    std::lock_guard<std::mutex> lock(mutex);
+    executions.push_back(static_cast<int64_t>(n));
+    if (pipelined_) {
+      if (staged.empty() || staged.front() != in.data) {
+        out_of_order = true;
+        return Status::Error(StatusCode::kInternal, "executed a batch that was not staged next");
+      }
+      staged.erase(staged.begin());
+    }
+    std::string values;
+    bool poisoned = false;
+    for (size_t i = 0; i < n; ++i) {
+      values += " value=" + std::to_string(src[i]);
+      poisoned = poisoned || std::find(poison_.begin(), poison_.end(), src[i]) != poison_.end();
+    }
+    if (poisoned) return Status::Error(StatusCode::kInternal, "poisoned batch:" + values);
+    auto out = std::make_shared<std::vector<int32_t>>(src, src + n);
+    for (auto& v : *out) v *= 2;
+    outputs->push_back(
+        Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()), out->size() * 4, out});
+    return Status::Ok();
+  }
+  std::mutex mutex;
+  std::vector<int64_t> executions;  // rows of each execution, failed ones included
+  std::vector<const std::byte*> staged;
+  bool out_of_order = false;
+
+ private:
+  std::vector<int32_t> poison_;
+  bool pipelined_;
+};
+
+struct IsolationRun {
+  std::vector<uint64_t> order;  // tokens in completion order
+  std::map<uint64_t, Completion> done;
+  std::vector<int64_t> executions;
+  StatisticsSnapshot stats;
+  bool out_of_order = false;
+};
+
+// Submits `requests` requests (token i holds value 1000 + i) to one instance of a
+// PoisonedExecutor that batches up to 8, waiting up to 200 ms for a full batch, so batches of 8
+// form; collects every answer.
+IsolationRun run_poisoned(int requests, std::vector<int32_t> poison, bool pipelined, bool preserve_ordering) {
+  auto queue = std::make_shared<CompletionQueue>();
+  auto owned = std::make_unique<PoisonedExecutor>(std::move(poison), pipelined);
+  PoisonedExecutor* executor = owned.get();
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::move(owned));
+  SchedulerOptions o = options("poisoned", 8, /*dynamic=*/true);
+  o.batching.max_queue_delay_us = 200'000;
+  o.batching.preserve_ordering = preserve_ordering;
+  IsolationRun run;
+  {
+    Scheduler scheduler(o, std::move(instances), queue, test_pool());
+    for (int i = 0; i < requests; ++i) {
+      EXPECT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), 1000 + i)).ok());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (run.done.size() < static_cast<size_t>(requests) && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{queue->fd(), POLLIN, 0};
+      ::poll(&p, 1, 100);
+      for (auto& c : queue->drain()) {
+        run.order.push_back(c.token);
+        EXPECT_TRUE(run.done.emplace(c.token, std::move(c)).second) << "token answered twice";
+      }
+    }
+    scheduler.shutdown(Scheduler::ShutdownMode::kDrain);
+    run.stats = scheduler.statistics();
+    std::lock_guard<std::mutex> lock(executor->mutex);  // owned by the scheduler
+    run.executions = executor->executions;
+    run.out_of_order = executor->out_of_order;
+  }
+  return run;
+}
+
+// Whether `message` quotes the value of any request but `token`'s.
+bool quotes_another_request(const std::string& message, uint64_t token, int requests) {
+  for (int i = 0; i < requests; ++i) {
+    if (static_cast<uint64_t>(i) != token && message.find("value=" + std::to_string(1000 + i)) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(Scheduler, OnlyTheRequestThatFailsAloneFailsAndItsMessageIsItsOwn) {
+  for (bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "plain");
+    constexpr int kRequests = 16;
+    IsolationRun run = run_poisoned(kRequests, {1005}, pipelined, /*preserve_ordering=*/true);
+    ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
+    EXPECT_FALSE(run.out_of_order);
+    for (auto& [token, c] : run.done) {
+      if (token == 5) {
+        EXPECT_EQ(c.status.code, StatusCode::kInternal);
+        EXPECT_EQ(c.status.message, "poisoned batch: value=1005");  // its own run's, alone
+        continue;
+      }
+      ASSERT_TRUE(c.status.ok()) << token << ": " << c.status.message;
+      EXPECT_EQ(*reinterpret_cast<const int32_t*>(c.outputs.at(0).data), 2 * (1000 + static_cast<int32_t>(token)));
+    }
+    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(run.order.at(static_cast<size_t>(i)), static_cast<uint64_t>(i));
+    // Two batches of 8; the poisoned one is bisected: 8 -> 4 + 4 -> 2 + 2 -> 1 + 1, six re-runs
+    // (a pipelined instance may execute the second batch, already staged, before them).
+    std::sort(run.executions.begin(), run.executions.end());
+    EXPECT_EQ(run.executions, (std::vector<int64_t>{1, 1, 2, 2, 4, 4, 8, 8}));
+    EXPECT_EQ(run.stats.success.count, static_cast<uint64_t>(kRequests - 1));
+    EXPECT_EQ(run.stats.fail.count, 1u);
+    EXPECT_EQ(run.stats.inference_count, static_cast<uint64_t>(kRequests - 1));
+    EXPECT_EQ(run.stats.execution_count, 4u);  // the successful ones: the other full batch, 4, 2 and 1
+  }
+}
+
+TEST(Scheduler, TwoCulpritsInOneBatchEachFailAlone) {
+  constexpr int kRequests = 8;
+  IsolationRun run = run_poisoned(kRequests, {1001, 1006}, /*pipelined=*/false, /*preserve_ordering=*/false);
+  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : run.done) {
+    if (token == 1 || token == 6) {
+      EXPECT_EQ(c.status.message, "poisoned batch: value=" + std::to_string(1000 + token));
+    } else {
+      EXPECT_TRUE(c.status.ok()) << token << ": " << c.status.message;
+    }
+  }
+  EXPECT_LE(run.executions.size(), 1u + 12u);  // the bound for 8: min(2*8-2, 4*3)
+}
+
+TEST(Scheduler, AnExecutorThatFailsEveryBatchCostsBoundedReRunsAndLeaksNothing) {
+  constexpr int kRequests = 8;
+  std::vector<int32_t> everything;
+  for (int i = 0; i < kRequests; ++i) everything.push_back(1000 + i);
+  IsolationRun run = run_poisoned(kRequests, everything, /*pipelined=*/false, /*preserve_ordering=*/false);
+  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
+  // One batch of 8 and at most min(2*8-2, 4*ceil(log2 8)) = 12 re-runs.
+  EXPECT_EQ(run.executions.size(), 1u + 12u);
+  size_t alone = 0;
+  for (auto& [token, c] : run.done) {
+    EXPECT_EQ(c.status.code, StatusCode::kInternal);
+    EXPECT_FALSE(quotes_another_request(c.status.message, token, kRequests)) << token << ": " << c.status.message;
+    alone += c.status.message == "poisoned batch: value=" + std::to_string(1000 + token);
+  }
+  EXPECT_EQ(alone, 6u);  // 12 re-runs reach six requests alone; the last pair gets the generic message
+  EXPECT_EQ(run.stats.fail.count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(run.stats.execution_count, 0u);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "inferd/batch.h"
 #include "inferd/completion_queue.h"
 #include "inferd/dynamic_batcher.h"
 #include "inferd/executor.h"
@@ -31,10 +32,19 @@ struct SchedulerOptions {
 // (Executor::pipelined) also gets a stager thread, which takes, gathers and stages batch N+1
 // while the worker computes batch N; the two meet in a one-batch handoff.
 //
+// A batch of several requests that the executor fails is not failed as a whole: one request's
+// input must not fail the others, nor reach them in a message. The worker runs it again in halves
+// (bisection) until each failing request has failed alone, with its own run's message; the others
+// get their results. Bound: at most min(2n-2, 4*ceil(log2 n)) extra executions for a batch of n
+// requests (one culprit takes 2*ceil(log2 n)); requests still in a failing group when the bound
+// is reached get a generic INTERNAL that names no other request. The batch's own message is
+// logged with the request ids. A pipelined instance pauses its stager and executes what was
+// already staged first, so that staging order still matches execution order.
+//
 // Invariants: every request accepted by submit() gets exactly one completion - computed, failed,
 // expired, cancelled or rejected at shutdown; each executor is used by one worker thread only;
 // workers are joined before the scheduler is destroyed; with preserve_ordering, completions leave
-// in enqueue order.
+// in enqueue order; an isolated batch costs at most the bound above in extra executions.
 class Scheduler {
  public:
   enum class ShutdownMode {
@@ -78,7 +88,15 @@ class Scheduler {
   // Answers requests whose deadline or queue timeout passes while every worker is busy.
   void run_expiry_watch();
   StagedBatch stage_batch(Executor* executor, std::vector<std::unique_ptr<InferenceRequest>>* batch);
-  void execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
+  // Computes a staged batch and completes its requests; a failed batch of several requests goes
+  // to isolate_failures. `slot`: the pipelined instance's handoff, null for a plain instance.
+  void execute_batch(Executor* executor, uint32_t instance, StagedBatch* staged, StagedBatchSlot* slot);
+  // Executes a staged batch and splits its outputs per request; on success completes the
+  // requests. On failure returns the status and leaves the requests in `staged`.
+  Status run_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
+  // Re-runs a failed batch in halves so that only the requests that fail alone fail (see above).
+  // Precondition: nothing is staged on `executor` ahead of what this stages.
+  void isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
   void complete(Completion&& completion, uint64_t sequence);
   // To the request's own sink if it has one, else to the completion queue.
