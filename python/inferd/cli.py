@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from inferd.observability.logging import LogControl, configure_logging
 from inferd.settings import ServerSettings, setting_fields
+
+log = structlog.get_logger(__name__)
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -43,19 +50,80 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(**values)
 
 
+# SIGTERM ends the process within --exit-timeout-secs plus this, whatever still runs.
+EXIT_MARGIN_S = 5.0
+
+
+class _Shutdown:
+    """The process's answer to SIGTERM and SIGINT. The first starts the graceful stop (loads in
+    progress are abandoned, calls in flight have --exit-timeout-secs) and ends the process at
+    that plus ``EXIT_MARGIN_S`` if the stop has not ended it; a second one ends it at once. Each
+    says so in the log.
+
+    The handler itself only starts a thread: a signal can arrive while the main thread holds the
+    log's lock, so nothing it interrupts is waited for in the handler."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, exit_timeout_s: float) -> None:
+        self._loop = loop
+        self._limit_s = exit_timeout_s + EXIT_MARGIN_S
+        self.requested = asyncio.Event()  # the server stops when set (on the loop)
+        self.abandon = threading.Event()  # loads in progress stop at their next step when set
+        self._signals = 0
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._signalled)
+
+    def _signalled(self, signum: int, frame: object) -> None:
+        self._signals += 1
+        first = self._signals == 1
+        target = self._stop_gracefully if first else self._exit_now
+        threading.Thread(target=target, args=(signum,), name="inferd-shutdown", daemon=True).start()
+
+    def _stop_gracefully(self, signum: int) -> None:
+        log.info(
+            "shutting down",
+            signal=signal.Signals(signum).name,
+            exit_timeout_secs=self._limit_s - EXIT_MARGIN_S,
+            exits_within_secs=self._limit_s,
+        )
+        self.abandon.set()
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the process is ending
+            self._loop.call_soon_threadsafe(self.requested.set)
+        time.sleep(self._limit_s)
+        log.error(
+            "shutdown took longer than --exit-timeout-secs plus the margin: exiting now",
+            exit_within_secs=self._limit_s,
+        )
+        _exit(1)
+
+    def _exit_now(self, signum: int) -> None:
+        log.warning(
+            "second signal during shutdown: exiting now", signal=signal.Signals(signum).name
+        )
+        _exit(128 + signum)
+
+
+def _exit(code: int) -> None:
+    """Ends the process without waiting for anything (threads, the loop, atexit)."""
+    for stream in (sys.stderr, sys.stdout):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
     from inferd.server import create_server  # deferred: make-examples needs no server
 
-    # Handlers first: a SIGTERM while models load (or just after "server started") must stop the
-    # server cleanly once it is up, not kill the process.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    server = await create_server(settings, log_control=log_control)
-    await server.start()
+    # Handlers first: a SIGTERM while models load stops the loads at their next step and the
+    # server as soon as it is built, not after the loads finish.
+    shutdown = _Shutdown(asyncio.get_running_loop(), settings.exit_timeout_secs)
+    shutdown.install()
+    server = await create_server(settings, log_control=log_control, stopping=shutdown.abandon)
     try:
-        await stop.wait()
+        if not shutdown.requested.is_set():
+            await server.start()
+            await shutdown.requested.wait()
     finally:
         await server.stop()
 

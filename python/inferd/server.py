@@ -12,6 +12,7 @@ CLI use the same path.
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,7 @@ class InferenceServer:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains
         the models' queues and frees them."""
         grace = self.settings.exit_timeout_secs if grace is None else grace
+        self.registry.abandon_loads()  # a load or warm-up in progress must not hold the stop
         self.state.accepting = False
         self.publisher.publish()
         await self.health.shut_down()  # first: load balancers stop sending before the drain
@@ -172,11 +174,13 @@ async def create_server(
     *,
     log_control: LogControl | None = None,
     span_exporter: SpanExporter | None = None,
+    stopping: threading.Event | None = None,
 ) -> InferenceServer:
     """Loads the repository's models and binds the gRPC and metrics ports. Must run on the loop
     that will serve: the core's completions are delivered to it. ``log_control``: the one
     ``configure_logging`` returned (default: a fresh one from the settings); ``span_exporter``
-    replaces OTLP and turns tracing on (tests)."""
+    replaces OTLP and turns tracing on (tests); ``stopping``, once set (by a signal handler, on
+    any thread), stops the loads in progress at their next step."""
     loop = asyncio.get_running_loop()
     dispatcher = CompletionDispatcher(loop)
     pool = HostBufferPool(settings.pinned_memory_pool_byte_size)
@@ -194,6 +198,7 @@ async def create_server(
         default_max_batch_size=settings.default_max_batch_size,
         onnxruntime_options=_ort_defaults(settings),
         limits=_load_limits(settings),
+        abandon=stopping,
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.

@@ -14,6 +14,7 @@ _SCRIPT = textwrap.dedent(
     import asyncio, os, signal, sys
     import inferd.server
     from inferd import cli
+    from inferd.settings import ServerSettings
 
     class Server:
         stopped = False
@@ -23,11 +24,11 @@ _SCRIPT = textwrap.dedent(
         async def stop(self):
             Server.stopped = True
 
-    async def create_server(settings, log_control=None):
+    async def create_server(settings, log_control=None, stopping=None):
         return Server()
 
     inferd.server.create_server = create_server
-    asyncio.run(cli._serve(None, None))
+    asyncio.run(cli._serve(ServerSettings(), None))
     sys.exit(0 if Server.stopped else 3)
     """
 )

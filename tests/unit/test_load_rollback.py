@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from inferd.batching import CompletionDispatcher, HostBufferPool
-from inferd.errors import Cancelled, ModelLoadError, NotFound
+from inferd.errors import ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models import ModelRegistry, ModelState
@@ -136,9 +136,10 @@ async def test_shutdown_abandons_a_load_in_warm_up(repository: Path, created: li
     )
     await warming_up(created, registry)
     registry.abandon_loads()
-    with pytest.raises(Cancelled):
+    with pytest.raises(Unavailable, match="shutting down"):
         await asyncio.wait_for(load, 30)
     assert created and not any(holds_a_session(e) for e in created)
+    assert states(registry, "simple") == [("", ModelState.UNAVAILABLE, "not loaded")]
     await registry.close()
 
 

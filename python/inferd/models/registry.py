@@ -74,6 +74,7 @@ class ModelRegistry:
         onnxruntime_options: OnnxRuntimeOptions,
         engine_cache_dir: Path | None = None,
         limits: LoadLimits | None = None,
+        abandon: threading.Event | None = None,
     ) -> None:
         self._repository = repository
         self._builder = ModelVersionBuilder(
@@ -85,8 +86,9 @@ class ModelRegistry:
             engine_cache_dir=engine_cache_dir,
             limits=limits,
         )
-        # Set once the server stops: builds in progress (any thread) end at their next step.
-        self._abandon = threading.Event()
+        # Set once the server stops (``abandon_loads``, or by the owner of ``abandon``, a signal
+        # handler): load_all and loads starting from then end at their next step.
+        self._abandon = abandon or threading.Event()
         self._loading: set[threading.Event] = set()  # the abandon flags of loads in progress
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
@@ -154,14 +156,13 @@ class ModelRegistry:
             try:
                 built = await self._build(name, override)
             except InferdError as e:
-                if isinstance(e, Cancelled):
-                    log.info("model load abandoned", model=name, kept_serving=serving)
-                else:
-                    # The caller is told; the log keeps the reason. Not an error of the server's.
-                    log.warning(
-                        "model load failed", model=name, reason=str(e), kept_serving=serving
-                    )
-                    self._load_failed(name)
+                if self._abandon.is_set():  # the server is stopping: nothing failed
+                    log.info("model load abandoned at shutdown", model=name, kept_serving=serving)
+                    self._restore(name, was_wanted, before)
+                    raise
+                # The caller is told; the log keeps the reason. Not an error of the server's.
+                log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
+                self._load_failed(name)
                 if not serving:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)
@@ -200,6 +201,12 @@ class ModelRegistry:
                 except asyncio.CancelledError:
                     cancelled = True
                     abandon.set()  # and wait again: the build ends at its next step
+                except Cancelled:
+                    if cancelled:
+                        raise asyncio.CancelledError from None
+                    raise Unavailable(
+                        f"model {name!r}: not loaded, the server is shutting down"
+                    ) from None
                 except BaseException:
                     if cancelled:
                         raise asyncio.CancelledError from None
@@ -211,7 +218,7 @@ class ModelRegistry:
                 model.scheduler.close_now()
             if cancelled:
                 raise asyncio.CancelledError
-            raise Cancelled(f"model {name!r}: the load was abandoned")
+            raise Unavailable(f"model {name!r}: not loaded, the server is shutting down")
         return built
 
     def _restore(
@@ -287,10 +294,9 @@ class ModelRegistry:
             raise NotFound(f"unknown model {name!r}")
         if not version:
             return versions[max(versions)]
-        try:
-            number = int(version)
-        except ValueError:
-            raise NotFound(f"model {name!r} has no version {version!r}") from None
+        number = version_number(version)
+        if number is None:
+            raise NotFound(f"model {name!r} has no version {version!r}")
         if number in versions:
             return versions[number]
         status = self._statuses.get((name, version))
@@ -340,3 +346,12 @@ class ModelRegistry:
             )
         self._models.clear()
         self._changed()
+
+
+def version_number(text: str) -> int | None:
+    """The version a request names, written as the server writes it (a canonical decimal: no
+    sign, spaces, underscores, leading zeros or non-ASCII digits, all of which ``int`` takes);
+    None otherwise, so that " 1" or "0_1" is no name of version 1."""
+    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
