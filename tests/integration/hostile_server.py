@@ -4,7 +4,8 @@ the raw (bytes in, bytes out) calls they make, and the good request that must ke
 The repository holds ``simple`` (INT32 sum and difference, the good request's model), an identity
 model per protocol datatype (``identity_<datatype>``, batched, [-1, -1] with the batch) and
 ``identity_nobatch`` (FP32, no batching, any rank-2 shape: overflowing shapes reach the element
-count there, not the batch-size check).
+count there, not the batch-size check) and ``identity_timeout_override`` (FP32, requests may set
+their queue timeout).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ INFER = SERVICE + "ModelInfer"
 STREAM_INFER = SERVICE + "ModelStreamInfer"
 GOOD_MODEL = "simple"
 NO_BATCH_MODEL = "identity_nobatch"
+# FP32 identity whose queue lets a request's `timeout` parameter apply (Triton's
+# allow_timeout_override): the parameter reaches the batcher's clock arithmetic.
+TIMEOUT_MODEL = "identity_timeout_override"
+TIMEOUT_POLICY = "dynamic_batching { default_queue_policy { allow_timeout_override: true } }\n"
 # Every call has a deadline: a server that stalls fails the test instead of hanging it.
 CALL_TIMEOUT_S = 30.0
 
@@ -68,6 +73,10 @@ def write_repository(root: Path) -> list[str]:
         write_identity_model(root / identity_model(datatype), datatype)
         names.append(identity_model(datatype))
     write_identity_model(root / NO_BATCH_MODEL, "FP32", max_batch_size=0)
+    write_identity_model(root / TIMEOUT_MODEL, "FP32")
+    with (root / TIMEOUT_MODEL / "config.pbtxt").open("a", encoding="utf-8") as config:
+        config.write(TIMEOUT_POLICY)
+    names.append(TIMEOUT_MODEL)
     return sorted(names)
 
 

@@ -35,6 +35,7 @@ from tests.integration.hostile_server import (
     SERVICE,
     START_GROUP,
     STREAM_INFER,
+    TIMEOUT_MODEL,
     VARINT,
     assert_still_serving,
     check_good_answer,
@@ -230,6 +231,25 @@ def _typed_count_cases() -> dict[str, Hostile]:
                 ("INPUT0",),
             )
     return cases
+
+
+def _identity_timeout(
+    timeout_us: int, model: str = TIMEOUT_MODEL
+) -> tuple[Callable[[], bytes], Callable[[bytes], None]]:
+    """A request to an FP32 identity model with a timeout: answered, and unchanged."""
+    data = np.arange(8, dtype="<f4").tobytes()
+    request = Request(model_name=model)
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[2, 4])
+    request.raw_input_contents.append(data)
+    request.parameters["timeout"].int64_param = timeout_us
+    payload = request.SerializeToString()
+
+    def answer(raw: bytes) -> None:
+        response = service_pb2.ModelInferResponse.FromString(raw)
+        assert list(response.outputs[0].shape) == [2, 4], response.outputs
+        assert response.raw_output_contents[0] == data
+
+    return (lambda: payload), answer
 
 
 def _good_answers(
@@ -457,6 +477,15 @@ CASES: dict[str, Hostile] = {
     ),
     "timeout of int64 max microseconds": _good_answers(
         lambda: _good_checked(_with_parameter("timeout", "int64_param", INT64_MAX))
+    ),
+    "timeout of 2^53 microseconds on a model that honours it": _good_answers(
+        lambda: _identity_timeout(1 << 53)
+    ),
+    "timeout of int64 max microseconds on a model that honours it": _good_answers(
+        lambda: _identity_timeout(INT64_MAX)
+    ),
+    "timeout of int64 max microseconds on a model without dynamic batching": _good_answers(
+        lambda: _identity_timeout(INT64_MAX, NO_BATCH_MODEL)
     ),
     "binary_data_output as a string (meaningless over gRPC)": _good_answers(
         lambda: _good_checked(_with_parameter("binary_data_output", "string_param", "yes"))
