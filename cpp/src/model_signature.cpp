@@ -147,17 +147,30 @@ bool for_each_value(const ContentsChunk& chunk, Scalar&& scalar, Element&& eleme
 }
 
 // Values (or elements) in the chunks of `field` and, for BYTES, their total length; -1 if a chunk
-// is malformed. Walked value by value, as decode_values will: an overlong varint is malformed, not
-// two values.
-int64_t count_values(const std::vector<ContentsChunk>& chunks, uint32_t field, size_t* element_bytes) {
+// is malformed. Walked value by value, as decode_values will (an overlong varint is malformed, not
+// two values), but never past `limit` + 1 values: a request whose contents hold more values than
+// its shape claims is refused after at most that many steps, however many bytes it sent. A packed
+// run of fixed-width values is counted from its length alone.
+int64_t count_values(const std::vector<ContentsChunk>& chunks, uint32_t field, int64_t limit, size_t* element_bytes) {
   int64_t count = 0;
   *element_bytes = 0;
+  const WireType want = value_wire_type(field);
   for (const ContentsChunk& chunk : chunks) {
     if (chunk.field != field) continue;
-    const bool ok = for_each_value(
-        chunk, [&](uint64_t) { return ++count, true; },
-        [&](std::string_view value) { return ++count, *element_bytes += value.size(), true; });
-    if (!ok) return -1;
+    if (chunk.packed && want != WireType::kVarint) {
+      const size_t width = want == WireType::kFixed32 ? 4 : 8;
+      if (chunk.bytes.size() % width != 0) return -1;  // a value cut inside
+      count += static_cast<int64_t>(std::min<size_t>(chunk.bytes.size() / width, static_cast<size_t>(limit) + 1));
+    } else {
+      bool over = false;
+      auto step = [&]() { return !(over = ++count > limit); };
+      const bool ok = for_each_value(
+          chunk, [&](uint64_t) { return step(); },
+          [&](std::string_view value) { return *element_bytes += value.size(), step(); });
+      if (over) return count;
+      if (!ok) return -1;
+    }
+    if (count > limit) return count;
   }
   return count;
 }
@@ -262,8 +275,12 @@ Status typed_contents(const WireInput& input, const InputSignature& spec, const 
     }
   }
   size_t element_bytes = 0;
-  const int64_t count = count_values(input.contents, field, &element_bytes);
+  const int64_t count = count_values(input.contents, field, elements, &element_bytes);
   if (count < 0) return invalid(where + ": " + contents_field_name(field) + " is malformed");
+  if (count > elements) {
+    return invalid(where + ": more values in " + contents_field_name(field) + " than shape " + shape_text(shape) +
+                   " holds (" + std::to_string(elements) + ")");
+  }
   if (count != elements) {
     return invalid(where + ": " + std::to_string(count) + " values in " + contents_field_name(field) + ", shape " +
                    shape_text(shape) + " needs " + std::to_string(elements));
@@ -295,7 +312,10 @@ Status check_bytes(const std::byte* data, size_t size, const InputSignature& spe
                      " is not UTF-8 text, which ONNX Runtime strings require");
     }
     pos += 4 + static_cast<size_t>(len);
-    ++count;
+    if (++count > elements) {  // stops here: the rest of a flood of elements is never walked
+      return invalid(where + ": more BYTES elements than shape " + shape_text(shape) + " holds (" +
+                     std::to_string(elements) + ")");
+    }
   }
   if (count != elements) {
     return invalid(where + ": " + std::to_string(count) + " BYTES elements for shape " + shape_text(shape));
@@ -519,7 +539,12 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
       for (const OutputSignature& s : model.outputs) names.insert(s.name);
       return invalid(model_text + " has no output " + quoted(output.name) + "; its outputs are " + names_text(names));
     }
-    out->requested_outputs.push_back(static_cast<uint32_t>(spec - model.outputs.begin()));
+    const auto index = static_cast<uint32_t>(spec - model.outputs.begin());
+    if (std::find(out->requested_outputs.begin(), out->requested_outputs.end(), index) !=
+        out->requested_outputs.end()) {
+      return invalid("output " + quoted(output.name) + " already exists in request");  // Triton's words
+    }
+    out->requested_outputs.push_back(index);
   }
 
   uint64_t priority = 0, timeout = 0;

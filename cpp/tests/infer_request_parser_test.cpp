@@ -416,6 +416,44 @@ TEST(InferRequestParser, RawBytesWithATruncatedLengthPrefixIsRefused) {
   EXPECT_TRUE(ok->status.ok()) << ok->status.message;
 }
 
+// Issue 13, item 1: contents holding more values than the shape claims are refused once one
+// value too many is seen, before the rest is walked: what follows it here (malformed, and in a
+// flood hundreds of megabytes) is never read, so the answer names the count, not the damage.
+TEST(InferRequestParser, ContentsBeyondTheShapeAreRefusedWithoutWalkingTheRest) {
+  const auto model = all_types_model();
+  const std::string cut = "\x01\x00";  // a length prefix cut off
+  auto raw = build(model, ld(5, input("BYTES", "BYTES", {1, 1})) + ld(7, le32(0) + le32(0) + cut));
+  EXPECT_EQ(raw->status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(raw->status.message.find("more BYTES elements than shape [1, 1] holds (1)"), std::string::npos)
+      << raw->status.message;
+  auto packed = build(model, ld(5, input("INT64", "INT64", {1, 1}, ld(5, ld(3, varint(1) + varint(2) + "\x80")))));
+  EXPECT_EQ(packed->status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(packed->status.message.find("more values in int64_contents than shape [1, 1] holds"), std::string::npos)
+      << packed->status.message;
+  auto elements = build(model, ld(5, input("BYTES", "BYTES", {1, 1}, ld(5, ld(8, "") + ld(8, "") + ld(8, "\xff")))));
+  EXPECT_EQ(elements->status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(elements->status.message.find("more values in bytes_contents"), std::string::npos)
+      << elements->status.message;
+  // A packed run of fixed-width values is counted from its length: 2^40 values are claimed, 4 sent.
+  auto claim = build(model, ld(5, input("FP32", "FP32", {1, int64_t{1} << 40}, ld(5, ld(6, std::string(16, '\0'))))));
+  EXPECT_EQ(claim->status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(claim->status.message.find("4 values in fp32_contents"), std::string::npos) << claim->status.message;
+}
+
+// Issue 13, small ones: an output requested twice is refused naming it, as Triton does, instead
+// of being computed and returned twice.
+TEST(InferRequestParser, AnOutputRequestedTwiceIsRefused) {
+  const auto model = batching_model();
+  const std::string inputs = ld(5, input("A", "INT32", {1, 2})) + ld(5, input("B", "INT32", {1, 2})) +
+                             ld(7, le32(1) + le32(2)) + ld(7, le32(3) + le32(4));
+  auto twice = build(model, inputs + ld(6, ld(1, "X")) + ld(6, ld(1, "Y")) + ld(6, ld(1, "X")));
+  EXPECT_EQ(twice->status.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(twice->status.message.find("output 'X' already exists in request"), std::string::npos)
+      << twice->status.message;
+  auto both = build(model, inputs + ld(6, ld(1, "X")) + ld(6, ld(1, "Y")));
+  EXPECT_TRUE(both->status.ok()) << both->status.message;
+}
+
 TEST(InferRequestParser, BatchSizeMismatchIsRefused) {
   const auto model = batching_model();
   const std::string two = ld(2, varint(1) + varint(2) + varint(3) + varint(4));
