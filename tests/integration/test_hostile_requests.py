@@ -180,6 +180,31 @@ def _many_parameters(request: Request) -> None:
         request.parameters[f"p{i}"].bool_param = True
 
 
+def _many_outputs(request: Request) -> None:
+    for _ in range(5000):
+        request.outputs.add(name="OUTPUT0")
+
+
+def _many_raw_contents(request: Request) -> None:
+    request.raw_input_contents.extend([b""] * 5000)
+
+
+def _input_parameters(request: Request) -> None:
+    for i in range(5000):
+        request.inputs[0].parameters[f"p{i}"].int64_param = i
+
+
+def _special_floats() -> tuple[Callable[[], bytes], Callable[[bytes], None]]:
+    """NaN, infinities and a negative zero are data like any other: returned bit for bit."""
+    data = np.array([[np.nan, np.inf, -np.inf, -0.0]], dtype="<f4").tobytes()
+    payload = _raw(identity_model("FP32"), "FP32", [1, 4], data)()
+
+    def answer(raw: bytes) -> None:
+        assert service_pb2.ModelInferResponse.FromString(raw).raw_output_contents[0] == data
+
+    return (lambda: payload), answer
+
+
 def _wire(*parts: bytes) -> Callable[[], bytes]:
     payload = b"".join(parts)
     return lambda: payload
@@ -415,6 +440,13 @@ CASES: dict[str, Hostile] = {
         INVALID,
         ("UTF-8",),
     ),
+    "BYTES in bytes_contents that are not UTF-8": Hostile(
+        _typed(identity_model("BYTES"), "BYTES", [1, 2], "bytes_contents", [b"ok", b"\xc3\x28"]),
+        INVALID,
+        ("UTF-8",),
+    ),
+    "batch of zero rows": Hostile(_raw(identity_model("FP32"), "FP32", [0, 4], b""), INVALID),
+    "NaN and infinities in FP32 data": _good_answers(_special_floats),
     # Datatypes.
     "unknown datatype FP8": Hostile(
         _raw(identity_model("FP32"), "FP8", [1, 4], bytes(4)), INVALID, ("FP8",)
@@ -438,7 +470,10 @@ CASES: dict[str, Hostile] = {
         lambda: Request(model_name=GOOD_MODEL).SerializeToString(), INVALID
     ),
     "5,000 inputs": Hostile(_simple(_many_inputs), INVALID),
+    "5,000 raw_input_contents": Hostile(_simple(_many_raw_contents), INVALID),
+    "5,000 parameters on one input": Hostile(_simple(_input_parameters), INVALID),
     # Requested outputs.
+    "5,000 requested outputs": Hostile(_simple(_many_outputs), INVALID),
     "unknown requested output": Hostile(_simple(_requested("OUTPUT9")), INVALID, ("OUTPUT9",)),
     "requested output with an empty name": Hostile(_simple(_requested("")), INVALID),
     "classification requested": Hostile(
@@ -519,10 +554,29 @@ CASES: dict[str, Hostile] = {
         method=SERVICE + "ModelStatistics",
     ),
     "request id of 20 KB, echoed": _good_answers(lambda: _id_echoed("i" * 20_000)),
+    # Names that look like paths or hide a NUL name no model.
+    **{
+        f"model name {name!r}": Hostile(
+            _simple(lambda r, n=name: setattr(r, "model_name", n)), NOT_FOUND
+        )
+        for name in ("../simple", "simple/../simple", "./simple", "/simple", "simple\x00", "SIMPLE")
+    },
     # Versions: only the exact decimal of a version names it.
     **{
         f"version {version!r}": Hostile(_version(version), NOT_FOUND)
-        for version in (" 1", "1 ", "0_1", "-1", "+1", "1.0", "0x1", "0", "99999999999999999999")
+        for version in (
+            " 1",
+            "1 ",
+            "0_1",
+            "-1",
+            "+1",
+            "1.0",
+            "0x1",
+            "0",
+            "01",
+            "1\x00",
+            "99999999999999999999",
+        )
     },
 }
 
