@@ -6,6 +6,7 @@ unknown names keeps nothing. Control calls go over the Unix socket (answered the
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,7 +182,7 @@ def test_cancelled_loads_roll_back_and_return_memory(endless: ServerProcess) -> 
         def cancelled_load() -> None:
             with pytest.raises(grpc.RpcError) as caught:
                 stub.RepositoryModelLoad(
-                    load_request("simple", simple_warmup(2**31 - 1)), timeout=1
+                    load_request("simple", simple_warmup(2**31 - 1)), timeout=1.5
                 )
             assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
@@ -191,7 +192,13 @@ def test_cancelled_loads_roll_back_and_return_memory(endless: ServerProcess) -> 
                 time.sleep(0.05)
             return now
 
-        cancelled_load()
+        # While the load runs, all three say the model that should serve is not ready yet.
+        loading = threading.Thread(target=cancelled_load)
+        loading.start()
+        time.sleep(0.5)
+        during = readiness(stub, channel)
+        loading.join()
+        assert during == (False, False, [("", "LOADING")])
         assert settled() == before  # not LOADING forever, the server ready again
         start_rss = rss_bytes(endless)
         for _ in range(29):
