@@ -2,6 +2,8 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <tuple>
+#include <vector>
 
 #include "inferd/grpc_calls.h"
 #include "inferd/grpc_server.h"
@@ -25,10 +27,13 @@ struct ShutDownWithoutGil {
   }
 };
 
-std::shared_ptr<GrpcServer> make_server(std::vector<std::string> addresses, std::string backend_address,
-                                        int max_message_bytes, int keepalive_time_ms, int keepalive_timeout_ms,
-                                        int max_concurrent_streams, std::string tls_cert_pem, std::string tls_key_pem,
-                                        std::string tls_client_ca_pem, size_t max_stream_outstanding) {
+std::shared_ptr<GrpcServer> make_server(
+    std::vector<std::string> addresses, std::string backend_address, int max_message_bytes, int keepalive_time_ms,
+    int keepalive_timeout_ms, int max_concurrent_streams, bool use_ssl, bool use_ssl_mutual,
+    std::string server_cert_pem, std::string server_key_pem, std::string root_cert_pem, size_t max_stream_outstanding,
+    int max_connection_idle_ms,
+    const std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>& restricted_protocols,
+    bool control_on_tcp) {
   GrpcServerOptions options;
   options.addresses = std::move(addresses);
   options.backend_address = std::move(backend_address);
@@ -36,10 +41,17 @@ std::shared_ptr<GrpcServer> make_server(std::vector<std::string> addresses, std:
   options.keepalive_time_ms = keepalive_time_ms;
   options.keepalive_timeout_ms = keepalive_timeout_ms;
   options.max_concurrent_streams = max_concurrent_streams;
-  options.tls_cert_pem = std::move(tls_cert_pem);
-  options.tls_key_pem = std::move(tls_key_pem);
-  options.tls_client_ca_pem = std::move(tls_client_ca_pem);
+  options.use_ssl = use_ssl;
+  options.use_ssl_mutual = use_ssl_mutual;
+  options.server_cert_pem = std::move(server_cert_pem);
+  options.server_key_pem = std::move(server_key_pem);
+  options.root_cert_pem = std::move(root_cert_pem);
   options.max_stream_outstanding = max_stream_outstanding;
+  options.max_connection_idle_ms = max_connection_idle_ms;
+  for (const auto& [groups, key, value] : restricted_protocols) {
+    options.access.restricted.push_back(RestrictedProtocol{groups, key, value});
+  }
+  options.access.control_on_tcp = control_on_tcp;
   std::unique_ptr<GrpcServer> server;
   {
     py::gil_scoped_release release;  // binding ports and starting grpc's threads
@@ -87,10 +99,16 @@ void register_grpc_server(py::module_& m) {
   py::class_<GrpcServer, std::shared_ptr<GrpcServer>>(m, "GrpcServer")
       .def(py::init(&make_server), py::arg("addresses"), py::arg("backend_address"), py::arg("max_message_bytes"),
            py::arg("keepalive_time_ms") = 0, py::arg("keepalive_timeout_ms") = 0, py::arg("max_concurrent_streams") = 0,
-           py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "", py::arg("tls_client_ca_pem") = "",
-           py::arg("max_stream_outstanding") = 1024,
+           py::arg("use_ssl") = false, py::arg("use_ssl_mutual") = false, py::arg("server_cert_pem") = "",
+           py::arg("server_key_pem") = "", py::arg("root_cert_pem") = "", py::arg("max_stream_outstanding") = 1024,
+           py::arg("max_connection_idle_ms") = 0,
+           py::arg("restricted_protocols") =
+               std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{},
+           py::arg("control_on_tcp") = false,
            "Binds every address (HOST:PORT or unix:PATH) and serves: inference in the core, every call it does not "
-           "answer forwarded to the backend address. Raises RuntimeError when an address cannot be served.")
+           "answer forwarded to the backend address. restricted_protocols: (groups, key, value) as Triton's "
+           "--grpc-restricted-protocol; control_on_tcp: control calls answered on TCP too. Raises RuntimeError "
+           "when an address cannot be served, ValueError for a restricted protocol it cannot enforce.")
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),

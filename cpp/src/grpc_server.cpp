@@ -24,16 +24,34 @@ std::vector<std::tuple<std::string, std::string, int, uint64_t>> FailureCounts::
   return out;
 }
 
-// The one service: every call, whatever its method, gets the reactor create_call picks.
+namespace {
+
+// A call the access policy refused: answered with its status at once, its messages never read.
+// Deletes itself when grpc is done with it.
+class RefusedCall final : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit RefusedCall(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+// The one service: every call, whatever its method, passes the access policy, then gets the
+// reactor create_call picks.
 class GrpcServer::Service final : public grpc::CallbackGenericService {
  public:
-  explicit Service(std::shared_ptr<TransportContext> transport) : transport_(std::move(transport)) {}
+  Service(std::shared_ptr<TransportContext> transport, AccessOptions access)
+      : transport_(std::move(transport)), access_(std::move(access)) {}
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
+    const grpc::Status allowed = access_.check(context->method(), context->peer(), context->client_metadata());
+    // Raw new: grpc's callback API takes a reactor that deletes itself.
+    if (!allowed.ok()) return new RefusedCall(allowed);
     return create_call(context, transport_);
   }
 
  private:
   const std::shared_ptr<TransportContext> transport_;
+  const AccessPolicy access_;
 };
 
 namespace {
@@ -41,24 +59,35 @@ namespace {
 bool is_unix(const std::string& address) { return address.rfind("unix:", 0) == 0; }
 
 std::shared_ptr<grpc::ServerCredentials> credentials(const GrpcServerOptions& options, const std::string& address) {
-  if (is_unix(address) || options.tls_cert_pem.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions ssl(options.tls_client_ca_pem.empty()
-                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  ssl.pem_root_certs = options.tls_client_ca_pem;
-  ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+  if (is_unix(address) || !(options.use_ssl || options.use_ssl_mutual)) return grpc::InsecureServerCredentials();
+  // As Triton: mutual TLS requires and verifies a client certificate; plain TLS asks for none.
+  grpc::SslServerCredentialsOptions ssl(options.use_ssl_mutual
+                                            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  ssl.pem_root_certs = options.root_cert_pem;
+  ssl.pem_key_cert_pairs.push_back({options.server_key_pem, options.server_cert_pem});
   return grpc::SslServerCredentials(ssl);
+}
+
+// Settings that would serve something other than what the operator asked for are refused.
+void check_tls(const GrpcServerOptions& options) {
+  const bool ssl = options.use_ssl || options.use_ssl_mutual;
+  if (ssl && (options.server_cert_pem.empty() || options.server_key_pem.empty())) {
+    throw std::runtime_error("TLS (--grpc-use-ssl) needs --grpc-server-cert and --grpc-server-key");
+  }
+  if (options.use_ssl_mutual && options.root_cert_pem.empty()) {
+    throw std::runtime_error("mutual TLS (--grpc-use-ssl-mutual) needs --grpc-root-cert, the clients' CA");
+  }
+  if (!ssl && !(options.server_cert_pem.empty() && options.server_key_pem.empty() && options.root_cert_pem.empty())) {
+    throw std::runtime_error(
+        "a TLS certificate or key is given but TLS is off: add --grpc-use-ssl (or --grpc-use-ssl-mutual)");
+  }
 }
 
 }  // namespace
 
 GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options)) {
-  if (options_.tls_cert_pem.empty() != options_.tls_key_pem.empty()) {
-    throw std::runtime_error("TLS needs both a certificate and its private key");
-  }
-  if (!options_.tls_client_ca_pem.empty() && options_.tls_cert_pem.empty()) {
-    throw std::runtime_error("a client CA (mutual TLS) needs the server's TLS certificate and key");
-  }
+  check_tls(options_);
   grpc::ChannelArguments backend_args;
   backend_args.SetMaxReceiveMessageSize(-1);  // the caller's limits were applied on the way in
   backend_args.SetMaxSendMessageSize(-1);
@@ -66,7 +95,7 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   transport_->backend = std::make_unique<grpc::GenericStub>(
       grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args));
   transport_->max_stream_outstanding = options_.max_stream_outstanding;
-  service_ = std::make_unique<Service>(transport_);
+  service_ = std::make_unique<Service>(transport_, options_.access);
 
   grpc::ServerBuilder builder;
   ports_.assign(options_.addresses.size(), 0);  // sized before: the builder writes through pointers
@@ -81,6 +110,9 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_ms);
   if (options_.keepalive_timeout_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_ms);
+  }
+  if (options_.max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, options_.max_connection_idle_ms);
   }
   if (options_.max_concurrent_streams > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams);

@@ -838,10 +838,11 @@ class GrpcServerTest : public ::testing::Test {
   }
 
   void start_server(GrpcServerOptions options = {}) {
-    options.addresses = {"127.0.0.1:0"};
+  // Serves on 127.0.0.1:0 first, then on the addresses `options` names (a Unix socket).
+    options.addresses.insert(options.addresses.begin(), "127.0.0.1:0");
     options.backend_address = backend_address_;
     server_ = std::make_unique<GrpcServer>(options);
-    ASSERT_EQ(server_->ports().size(), 1u);
+    ASSERT_EQ(server_->ports().size(), options.addresses.size());
     ASSERT_GT(server_->ports()[0], 0);
     channel_ =
         grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->ports()[0]), grpc::InsecureChannelCredentials());
@@ -1743,3 +1744,177 @@ TEST_F(GrpcServerTest, AnInternalFailureLeavesOneLogRecord) {
 
 }  // namespace
 }  // namespace inferd
+// --- access: restricted protocols and control calls (issue 13, item 6) ---------------------------
+
+using ClientMetadata = std::multimap<grpc::string_ref, grpc::string_ref>;
+
+TEST(AccessPolicyTest, EveryMethodHasTritonsGroup) {
+  EXPECT_EQ(AccessPolicy::group_of(method("ServerLive")), "health");
+  EXPECT_EQ(AccessPolicy::group_of(method("ModelReady")), "health");
+  EXPECT_EQ(AccessPolicy::group_of("/grpc.health.v1.Health/Check"), "health");
+  EXPECT_EQ(AccessPolicy::group_of("/grpc.health.v1.Health/Watch"), "health");
+  EXPECT_EQ(AccessPolicy::group_of(method("ServerMetadata")), "metadata");
+  EXPECT_EQ(AccessPolicy::group_of("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"), "metadata");
+  EXPECT_EQ(AccessPolicy::group_of("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"), "metadata");
+  EXPECT_EQ(AccessPolicy::group_of(method("ModelInfer")), "inference");
+  EXPECT_EQ(AccessPolicy::group_of(method("ModelStreamInfer")), "inference");
+  EXPECT_EQ(AccessPolicy::group_of(method("ModelConfig")), "model-config");
+  EXPECT_EQ(AccessPolicy::group_of(method("ModelStatistics")), "statistics");
+  EXPECT_EQ(AccessPolicy::group_of(method("RepositoryIndex")), "model-repository");
+  EXPECT_EQ(AccessPolicy::group_of(method("RepositoryModelUnload")), "model-repository");
+  EXPECT_EQ(AccessPolicy::group_of(method("CudaSharedMemoryRegister")), "shared-memory");
+  EXPECT_EQ(AccessPolicy::group_of(method("TraceSetting")), "trace");
+  EXPECT_EQ(AccessPolicy::group_of(method("LogSettings")), "logging");
+  EXPECT_EQ(AccessPolicy::group_of(method("NoSuchMethod")), "");
+  EXPECT_EQ(AccessPolicy::group_of("/other.Service/ModelInfer"), "");
+  for (const char* control : {"RepositoryModelLoad", "RepositoryModelUnload", "LogSettings", "TraceSetting",
+                              "SystemSharedMemoryRegister", "CudaSharedMemoryUnregister"}) {
+    EXPECT_TRUE(AccessPolicy::is_control_method(method(control))) << control;
+  }
+  for (const char* other : {"ModelInfer", "RepositoryIndex", "ServerLive", "SystemSharedMemoryStatus"}) {
+    EXPECT_FALSE(AccessPolicy::is_control_method(method(other))) << other;
+  }
+}
+
+TEST(AccessPolicyTest, ARestrictedGroupNeedsItsHeaderWithTheExactValue) {
+  const AccessPolicy policy(AccessOptions{{RestrictedProtocol{{"inference", "health"}, "Admin-Key", "s3cret"}}});
+  const std::string header = "triton-grpc-protocol-admin-key";
+  const auto check = [&](const std::string& m, const std::string& value) {
+    ClientMetadata metadata;
+    if (!value.empty()) metadata.emplace(header, value);
+    return policy.check(m, "ipv4:127.0.0.1:5000", metadata);
+  };
+  EXPECT_TRUE(check(method("ModelInfer"), "s3cret").ok());
+  EXPECT_TRUE(check(method("ServerLive"), "s3cret").ok());
+  for (const std::string wrong : {"", "s3cre", "s3cret!", "S3CRET", "x3cret"}) {
+    const grpc::Status refused = check(method("ModelInfer"), wrong);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << wrong;
+    EXPECT_EQ(refused.error_message(), "This protocol is restricted, expecting header '" + header + "'");
+  }
+  EXPECT_TRUE(check(method("ModelMetadata"), "").ok()) << "an unrestricted group needs no header";
+}
+
+TEST(AccessPolicyTest, ControlCallsOnTcpAreRefusedUnlessOpenedOrProtected) {
+  const ClientMetadata none;
+  const AccessPolicy closed{AccessOptions{}};
+  const grpc::Status refused = closed.check(method("RepositoryModelLoad"), "ipv4:127.0.0.1:5000", none);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(refused.error_message().find("--grpc-control-on-tcp"), std::string::npos) << refused.error_message();
+  EXPECT_EQ(closed.check(method("LogSettings"), "ipv6:[::1]:5000", none).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(closed.check(method("RepositoryModelLoad"), "unix:", none).ok());
+  EXPECT_TRUE(closed.check(method("RepositoryIndex"), "ipv4:127.0.0.1:5000", none).ok());
+
+  AccessOptions open;
+  open.control_on_tcp = true;
+  EXPECT_TRUE(AccessPolicy(open).check(method("RepositoryModelUnload"), "ipv4:127.0.0.1:5000", none).ok());
+
+  // Protecting the group opens it on TCP to those with the header, and on the socket asks for it too.
+  const AccessPolicy protected_repository(AccessOptions{{RestrictedProtocol{{"model-repository"}, "admin", "k"}}});
+  ClientMetadata with_key;
+  with_key.emplace("triton-grpc-protocol-admin", "k");
+  EXPECT_TRUE(protected_repository.check(method("RepositoryModelLoad"), "ipv4:127.0.0.1:5000", with_key).ok());
+  EXPECT_EQ(protected_repository.check(method("RepositoryModelLoad"), "ipv4:127.0.0.1:5000", none).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(protected_repository.check(method("RepositoryModelLoad"), "unix:", none).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(protected_repository.check(method("LogSettings"), "ipv4:127.0.0.1:5000", with_key).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED)
+      << "the logging group is not protected";
+}
+
+TEST(AccessPolicyTest, RulesItCannotEnforceAreRefused) {
+  const auto refused = [](std::vector<RestrictedProtocol> rules) {
+    try {
+      AccessPolicy policy(AccessOptions{std::move(rules)});
+      return false;
+    } catch (const std::invalid_argument&) {
+      return true;
+    }
+  };
+  EXPECT_TRUE(refused({{{"inferences"}, "k", "v"}}));
+  EXPECT_TRUE(refused({{{}, "k", "v"}}));
+  EXPECT_TRUE(refused({{{"health"}, "", "v"}}));
+  EXPECT_TRUE(refused({{{"health"}, "bad key", "v"}}));
+  EXPECT_TRUE(refused({{{"health"}, "k", ""}}));
+  EXPECT_TRUE(refused({{{"health"}, "k", "line\nbreak"}}));
+  EXPECT_TRUE(refused({{{"health"}, "a", "v"}, {{"metadata", "health"}, "b", "w"}}));
+  EXPECT_FALSE(refused({{{"health"}, "a", "v"}, {{"metadata", "logging"}, "b", "w"}}));
+}
+
+// Every kind of call passes the policy: one the core computes, one answered from the snapshot, one
+// forwarded, a stream. A refused call reaches neither the core nor the backend.
+TEST_F(GrpcServerTest, ARestrictedGroupIsRefusedOnEveryKindOfCallWithoutItsHeader) {
+  server_->shutdown(1.0);
+  GrpcServerOptions options;
+  options.access.restricted.push_back({{"inference", "health", "model-repository"}, "key", "open-sesame"});
+  start_server(options);
+  publish();
+  const Metadata right{{"triton-grpc-protocol-key", "open-sesame"}};
+  const Metadata wrong{{"triton-grpc-protocol-key", "open-sesamE"}};
+  const std::string infer = infer_request("add_one", "r", rows_from(1, 1), 1);
+  for (const Metadata& metadata : {Metadata{}, wrong}) {
+    for (const auto& [m, body] : std::vector<std::pair<std::string, std::string>>{
+             {method("ModelInfer"), infer}, {method("ServerLive"), ""}, {method("RepositoryIndex"), ""}}) {
+      ClientResult r = unary(m, body, metadata);
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << m;
+      EXPECT_EQ(r.status.error_message(), "This protocol is restricted, expecting header 'triton-grpc-protocol-key'");
+    }
+    StreamClient stream(stub_.get(), method("ModelStreamInfer"), metadata);
+    stream.write(infer);
+    std::string bytes;
+    EXPECT_FALSE(stream.read(&bytes));
+    EXPECT_EQ(stream.finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  EXPECT_EQ(log_.executions(), 0);
+  EXPECT_EQ(backend_->call_count(), 0u);
+
+  ClientResult r = unary(method("ModelInfer"), infer, right);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  expect_add_one_answer(r.body, "r", rows_from(1, 1), 1);
+  r = unary(method("ServerLive"), "", right);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  r = unary(method("RepositoryIndex"), "", right);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(backend_->call_count(), 1u);
+  r = unary(method("ModelMetadata"), ld(1, "add_one"));  // metadata: not restricted
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+TEST_F(GrpcServerTest, ControlCallsAreRefusedOnTcpAndForwardedFromTheUnixSocket) {
+  server_->shutdown(1.0);
+  GrpcServerOptions options;
+  options.addresses = {"unix:" + dir_ + "/public.sock"};
+  start_server(options);
+  publish();
+  for (const char* control : {"RepositoryModelLoad", "RepositoryModelUnload", "LogSettings"}) {
+    ClientResult r = unary(method(control), ld(1, "add_one"));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << control;
+    EXPECT_NE(r.status.error_message().find("--grpc-control-on-tcp"), std::string::npos) << r.status.error_message();
+  }
+  EXPECT_EQ(backend_->call_count(), 0u);
+  EXPECT_TRUE(unary(method("RepositoryIndex"), "").status.ok());
+
+  auto socket = grpc::CreateChannel("unix:" + dir_ + "/public.sock", grpc::InsecureChannelCredentials());
+  grpc::GenericStub local(socket);
+  for (const char* control : {"RepositoryModelLoad", "RepositoryModelUnload", "LogSettings"}) {
+    PendingUnary call(&local, method(control), ld(1, "add_one"));
+    ClientResult r = call.wait();
+    EXPECT_TRUE(r.status.ok()) << control << ": " << r.status.error_message();
+  }
+  EXPECT_EQ(backend_->call_count(), 4u);
+  server_->shutdown(1.0);
+  ::unlink((dir_ + "/public.sock").c_str());
+}
+
+TEST_F(GrpcServerTest, ControlOnTcpForwardsControlCallsFromTcp) {
+  server_->shutdown(1.0);
+  GrpcServerOptions options;
+  options.access.control_on_tcp = true;
+  start_server(options);
+  publish();
+  ClientResult r = unary(method("RepositoryModelUnload"), ld(1, "add_one"));
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(backend_->call_count(), 1u);
+}
+

@@ -309,10 +309,15 @@ class GrpcServer:
         keepalive_time_ms: int = 0,
         keepalive_timeout_ms: int = 0,
         max_concurrent_streams: int = 0,
-        tls_cert_pem: str = "",
-        tls_key_pem: str = "",
-        tls_client_ca_pem: str = "",
+        use_ssl: bool = False,
+        use_ssl_mutual: bool = False,
+        server_cert_pem: str = "",
+        server_key_pem: str = "",
+        root_cert_pem: str = "",
         max_stream_outstanding: int = 1024,
+        max_connection_idle_ms: int = 0,
+        restricted_protocols: list[tuple[list[str], str, str]] = ...,
+        control_on_tcp: bool = False,
     ) -> None: ...
     @property
     def ports(self) -> list[int]: ...

@@ -19,15 +19,48 @@ from typing import Any
 import structlog
 
 from inferd.observability.logging import LogControl, configure_logging
+from inferd.observability.open_files import raise_open_file_limit
 from inferd.settings import ServerSettings, setting_fields
 
 log = structlog.get_logger(__name__)
+
+
+def _bool(text: str) -> bool:
+    """Triton's boolean flags: ``--grpc-use-ssl``, ``--grpc-use-ssl=true`` or ``=false``."""
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (true or false)")
+
+
+# A repeatable flag's INFERD_* variable holds its values separated by this.
+_REPEATED_SEPARATOR = ";"
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     for f in setting_fields():
         flag = "--" + f.name.replace("_", "-")
         env = "INFERD_" + f.name.upper()
+        if f.type == "bool":
+            parser.add_argument(
+                flag,
+                type=_bool,
+                nargs="?",
+                const=True,
+                default=_bool(os.environ.get(env, str(f.default))),
+                help=f"{f.metadata['help']} [env {env}; default {str(f.default).lower()}]",
+            )
+            continue
+        if f.type == "tuple[str, ...]":
+            from_env = os.environ.get(env, "")
+            parser.add_argument(
+                flag,
+                action="append",
+                default=[v for v in from_env.split(_REPEATED_SEPARATOR) if v],
+                help=f"{f.metadata['help']} [env {env}]",
+            )
+            continue
         kind: Any = f.type if f.type in ("int", "float", "str") else "str"
         convert = {"int": int, "float": float, "str": str}.get(str(kind), str)
         default = os.environ.get(env, f.default)
@@ -47,6 +80,8 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
             values[f.name] = int(values[f.name])
         elif f.type == "float":
             values[f.name] = float(values[f.name])
+        elif f.type == "tuple[str, ...]":
+            values[f.name] = tuple(values[f.name])
     return ServerSettings(**values)
 
 
@@ -146,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = _settings(args)
     log_control = configure_logging(settings.log_format, settings.log_level, settings.log_verbose)
+    raise_open_file_limit()
     asyncio.run(_serve(settings, log_control))
     return 0
 

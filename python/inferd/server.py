@@ -33,6 +33,7 @@ from inferd.models.control import ControlMode, ModelControl
 from inferd.models.warmup import WarmupLimits
 from inferd.observability.logging import LogControl
 from inferd.observability.metrics import InferenceMetrics, ModelCounters
+from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
@@ -42,6 +43,7 @@ from inferd.transport.core_server import (
     CoreGrpcServer,
     ServingPublisher,
     TransportOptions,
+    restricted_protocol,
 )
 from inferd.transport.health import DrainingHealthServicer, HealthReporter
 from inferd.transport.reflection import enable_reflection
@@ -72,6 +74,7 @@ class InferenceServer:
     telemetry: Telemetry
     metrics_port: int | None = None
     _poller: asyncio.Task[None] | None = None
+    _open_files: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.state.accepting = True
@@ -82,6 +85,7 @@ class InferenceServer:
             )
         await self.health.update()
         self.health.start()
+        self._open_files = asyncio.create_task(OpenFilesWatch().run())
         log.info(
             "server started",
             port=self.port,
@@ -101,6 +105,8 @@ class InferenceServer:
         await self.health.shut_down()  # first: load balancers stop sending before the drain
         if self._poller is not None:
             self._poller.cancel()
+        if self._open_files is not None:
+            self._open_files.cancel()
         # The core's server forwards calls to the Python service until its last call is done:
         # the loop keeps answering them while the core's shutdown waits on another thread.
         loop = asyncio.get_running_loop()
@@ -141,10 +147,10 @@ def _transport_options(settings: ServerSettings) -> TransportOptions:
     if settings.grpc_unix_socket:
         addresses.append(f"unix:{settings.grpc_unix_socket}")
     try:
-        cert, key, client_ca = (
-            _read(settings.grpc_tls_cert_file),
-            _read(settings.grpc_tls_key_file),
-            _read(settings.grpc_tls_client_ca_file),
+        cert, key, root = (
+            _read(settings.grpc_server_cert),
+            _read(settings.grpc_server_key),
+            _read(settings.grpc_root_cert),
         )
     except OSError as e:
         raise OSError(f"cannot read a TLS file: {e}") from None
@@ -154,9 +160,16 @@ def _transport_options(settings: ServerSettings) -> TransportOptions:
         keepalive_time_ms=int(settings.grpc_keepalive_time_secs * 1000),
         keepalive_timeout_ms=int(settings.grpc_keepalive_timeout_secs * 1000),
         max_concurrent_streams=settings.grpc_max_concurrent_streams,
-        tls_cert_pem=cert,
-        tls_key_pem=key,
-        tls_client_ca_pem=client_ca,
+        max_connection_idle_ms=int(settings.grpc_max_connection_idle_secs * 1000),
+        use_ssl=settings.grpc_use_ssl,
+        use_ssl_mutual=settings.grpc_use_ssl_mutual,
+        server_cert_pem=cert,
+        server_key_pem=key,
+        root_cert_pem=root,
+        restricted_protocols=tuple(
+            restricted_protocol(spec) for spec in settings.grpc_restricted_protocol
+        ),
+        control_on_tcp=settings.grpc_control_on_tcp,
     )
 
 

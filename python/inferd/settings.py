@@ -44,22 +44,53 @@ class ServerSettings:
         default=0,
         metadata=_help("Calls in flight per client connection; more wait. 0 = no limit."),
     )
-    grpc_tls_cert_file: str = field(
-        default="",
+    grpc_max_connection_idle_secs: float = field(
+        default=300.0,
         metadata=_help(
-            "PEM certificate (chain) of the gRPC port: with --grpc-tls-key-file, the TCP port "
-            "serves TLS only. The Unix socket stays plaintext (local; the file's permissions guard "
-            "it)."
+            "Seconds a client connection may stay without a call before the server closes it, "
+            "so idle clients cannot hold the file descriptors new ones need; 0 = never."
         ),
     )
-    grpc_tls_key_file: str = field(
-        default="", metadata=_help("PEM private key of --grpc-tls-cert-file.")
-    )
-    grpc_tls_client_ca_file: str = field(
-        default="",
+    grpc_use_ssl: bool = field(
+        default=False,
         metadata=_help(
-            "Mutual TLS: PEM CA certificates; clients must present a certificate one of them "
-            "signed (needs --grpc-tls-cert-file)."
+            "Serve TLS on the gRPC port, with --grpc-server-cert and --grpc-server-key (as "
+            "Triton). The Unix socket stays plaintext (local; the file's permissions guard it)."
+        ),
+    )
+    grpc_use_ssl_mutual: bool = field(
+        default=False,
+        metadata=_help(
+            "Mutual TLS (implies --grpc-use-ssl): clients must present a certificate signed by a "
+            "CA of --grpc-root-cert."
+        ),
+    )
+    grpc_server_cert: str = field(
+        default="", metadata=_help("PEM file: the gRPC port's TLS certificate (chain).")
+    )
+    grpc_server_key: str = field(
+        default="", metadata=_help("PEM file: the private key of --grpc-server-cert.")
+    )
+    grpc_root_cert: str = field(
+        default="",
+        metadata=_help("PEM file: the CA certificates client certificates must be signed by."),
+    )
+    grpc_restricted_protocol: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "GROUPS:KEY=VALUE (repeatable; INFERD_GRPC_RESTRICTED_PROTOCOL: ';' between them): "
+            "calls of the comma-separated API groups (health, metadata, inference, shared-memory, "
+            "model-config, model-repository, statistics, trace, logging) must carry the header "
+            "triton-grpc-protocol-KEY: VALUE, as Triton. VALUE @PATH: the file's first line; "
+            "VALUE env:NAME: the environment variable's value."
+        ),
+    )
+    grpc_control_on_tcp: bool = field(
+        default=False,
+        metadata=_help(
+            "Answer the control calls (RepositoryModelLoad/Unload, LogSettings) on the gRPC port "
+            "too; otherwise only on --grpc-unix-socket, or on the port where "
+            "--grpc-restricted-protocol protects their group."
         ),
     )
     model_control_mode: str = field(

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -81,6 +82,13 @@ def _started_record(log_path: Path) -> dict[str, object] | None:
     return None
 
 
+def _limit_open_files(limit: tuple[int, int]) -> Callable[[], None]:
+    def limit_in_child() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+
+    return limit_in_child
+
+
 class ServerProcess:
     """A running ``inferd serve`` and its captured stderr."""
 
@@ -115,10 +123,14 @@ def running_server(
     *extra_args: str,
     env_extra: dict[str, str] | None = None,
     expected_errors: Callable[[dict[str, object]], bool] | None = None,
+    control_on_tcp: bool = True,
+    open_file_limit: tuple[int, int] | None = None,
 ) -> Iterator[ServerProcess]:
     """``inferd serve`` on ``repository`` as a subprocess, until the block ends; then SIGTERM,
     and the exit code and the error-level log records are checked (``expected_errors``: those
-    a test causes on purpose)."""
+    a test causes on purpose). ``control_on_tcp``: the tests load, unload and set logs over the
+    TCP port (``--grpc-control-on-tcp``), which a server answers only on its Unix socket by
+    default. ``open_file_limit``: the server's RLIMIT_NOFILE at start, (soft, hard)."""
     log_path = workdir / "server.log"
     # Hermetic: the caller's INFERD_* and OTEL_* settings must not change the server under test.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
@@ -142,11 +154,17 @@ def running_server(
         str(workdir / "inferd.sock"),
         "--metrics-port",
         "0",  # a free port: test servers run side by side
+        *(["--grpc-control-on-tcp"] if control_on_tcp else []),
         *extra_args,
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            env=env,
+            preexec_fn=None if open_file_limit is None else _limit_open_files(open_file_limit),
         )
     running = ServerProcess(process, log_path, repository, models)
     running.unix_socket = workdir / "inferd.sock"

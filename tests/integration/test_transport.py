@@ -10,9 +10,12 @@ Servers with their own flags are started the way conftest starts the session's s
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -176,10 +179,12 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 
 
 def tls_flags(certificates: Certificates) -> tuple[str, ...]:
+    """Triton's flags for TLS on the gRPC port."""
     return (
-        "--grpc-tls-cert-file",
+        "--grpc-use-ssl",
+        "--grpc-server-cert",
         str(certificates.server_cert),
-        "--grpc-tls-key-file",
+        "--grpc-server-key",
         str(certificates.server_key),
     )
 
@@ -199,8 +204,12 @@ def mtls_server(
     with examples_server(
         tmp_path_factory,
         "mtls",
-        *tls_flags(certificates),
-        "--grpc-tls-client-ca-file",
+        "--grpc-use-ssl-mutual=true",
+        "--grpc-server-cert",
+        str(certificates.server_cert),
+        "--grpc-server-key",
+        str(certificates.server_key),
+        "--grpc-root-cert",
         str(certificates.ca),
     ) as server:
         yield server
@@ -310,6 +319,47 @@ def test_unix_socket_of_a_tls_server_stays_plaintext(
         infer_simple(client, 11)
     finally:
         client.close()
+
+
+def serve_until_it_exits(repository: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``inferd serve`` with settings it must refuse: it exits before serving."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository)),
+            *("--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1", *args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--grpc-use-ssl",), "needs --grpc-server-cert and --grpc-server-key"),
+        (("--grpc-use-ssl-mutual", "--cert", "--key"), "needs --grpc-root-cert"),
+        (("--cert", "--key"), "TLS is off: add --grpc-use-ssl"),
+    ],
+)
+def test_tls_settings_that_would_not_serve_what_they_say_stop_the_server(
+    tmp_path: Path, certificates: Certificates, flags: tuple[str, ...], message: str
+) -> None:
+    """Triton serves plaintext when a certificate is given without --grpc-use-ssl; inferd refuses
+    to start instead, as it does when TLS lacks its files."""
+    files = {
+        "--cert": ("--grpc-server-cert", str(certificates.server_cert)),
+        "--key": ("--grpc-server-key", str(certificates.server_key)),
+    }
+    args = [a for flag in flags for a in files.get(flag, (flag,))]
+    make_examples(tmp_path / "models")
+    done = serve_until_it_exits(tmp_path / "models", *args)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------

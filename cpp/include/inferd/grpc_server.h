@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "inferd/grpc_access.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/status.h"
 
@@ -29,9 +30,17 @@ struct GrpcServerOptions {
   int keepalive_time_ms = 0;       // server pings on idle connections; 0 = gRPC's default (2 h)
   int keepalive_timeout_ms = 0;    // 0 = gRPC's default (20 s)
   int max_concurrent_streams = 0;  // per connection; 0 = unlimited
-  // TLS on TCP addresses when both are set (PEM); Unix sockets stay plaintext (local, guarded by
-  // the file's permissions). With a client CA, clients must present a certificate it signed.
-  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+  // Closes a connection that has had no call for this long (GRPC_ARG_MAX_CONNECTION_IDLE_MS): idle
+  // clients cannot hold file descriptors for good. 0 = never.
+  int max_connection_idle_ms = 0;
+  // Triton's TLS settings, on TCP addresses; Unix sockets stay plaintext (local, guarded by the
+  // file's permissions). use_ssl needs the server's certificate (chain) and key (PEM); use_ssl_mutual
+  // (which implies use_ssl) also needs root_cert_pem: clients must present a certificate it signed.
+  bool use_ssl = false;
+  bool use_ssl_mutual = false;
+  std::string server_cert_pem, server_key_pem, root_cert_pem;
+  // Restricted protocols and where control calls are answered (see AccessPolicy).
+  AccessOptions access;
   // Streamed requests a ModelStreamInfer call may have unanswered or unsent before the core stops
   // reading more from it: a client that sends without reading is held back, not buffered.
   size_t max_stream_outstanding = 1024;
@@ -56,13 +65,17 @@ class FailureCounts {
 // answer, is forwarded unparsed to the backend (inferd's Python gRPC server on a private Unix
 // socket) with its metadata and deadline, and its answer and status come back unchanged.
 //
+// Every call passes the AccessPolicy before its reactor is made; a refused call is answered with
+// the policy's status and reaches neither the core nor the backend.
+//
 // Invariants: every call gets exactly one status; a request submitted to a scheduler is answered
 // by its completion or, when the client has gone, dropped after the core's answer; shutdown()
 // returns once no call is left.
 class GrpcServer {
  public:
   // Binds every address and starts serving. Throws std::runtime_error naming an address it could
-  // not bind or a TLS setting it could not use.
+  // not bind or a TLS setting it could not use, std::invalid_argument for a restricted protocol
+  // AccessPolicy refuses.
   explicit GrpcServer(GrpcServerOptions options);
   // Shuts down with no grace if shutdown() was not called.
   ~GrpcServer();

@@ -10,6 +10,7 @@ service would answer: it is rebuilt with the service's own code on every change.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -36,9 +37,44 @@ class TransportOptions:
     keepalive_time_ms: int = 0
     keepalive_timeout_ms: int = 0
     max_concurrent_streams: int = 0
-    tls_cert_pem: str = ""
-    tls_key_pem: str = ""
-    tls_client_ca_pem: str = ""
+    max_connection_idle_ms: int = 0
+    use_ssl: bool = False
+    use_ssl_mutual: bool = False
+    server_cert_pem: str = ""
+    server_key_pem: str = ""
+    root_cert_pem: str = ""
+    # (groups, key, value) of each --grpc-restricted-protocol (see restricted_protocol).
+    restricted_protocols: tuple[tuple[list[str], str, str], ...] = ()
+    control_on_tcp: bool = False
+
+
+def restricted_protocol(spec: str) -> tuple[list[str], str, str]:
+    """``GROUPS:KEY=VALUE`` (Triton's --grpc-restricted-protocol) as (groups, key, value). So that
+    the secret need not be on the command line, VALUE ``@PATH`` is the first line of the file at
+    PATH and ``env:NAME`` the value of the environment variable NAME. The core checks the groups
+    and the header's characters. Raises ValueError naming what is wrong (never the value)."""
+    groups, colon, header = spec.partition(":")
+    key, equals, value = header.partition("=")
+    if not colon or not equals or not groups or not key:
+        raise ValueError(
+            f"--grpc-restricted-protocol wants GROUPS:KEY=VALUE, got {spec.split('=')[0]}=..."
+        )
+    if value.startswith("@"):
+        try:
+            lines = Path(value[1:]).read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise ValueError(
+                f"--grpc-restricted-protocol {key}: cannot read {e.filename}"
+            ) from None
+        value = lines[0] if lines else ""
+    elif value.startswith("env:"):
+        name = value[len("env:") :]
+        if name not in os.environ:
+            raise ValueError(
+                f"--grpc-restricted-protocol {key}: the environment variable {name} is not set"
+            )
+        value = os.environ[name]
+    return [g.strip() for g in groups.split(",")], key, value
 
 
 class BackendSocket:
@@ -64,9 +100,14 @@ class CoreGrpcServer:
                 keepalive_time_ms=options.keepalive_time_ms,
                 keepalive_timeout_ms=options.keepalive_timeout_ms,
                 max_concurrent_streams=options.max_concurrent_streams,
-                tls_cert_pem=options.tls_cert_pem,
-                tls_key_pem=options.tls_key_pem,
-                tls_client_ca_pem=options.tls_client_ca_pem,
+                use_ssl=options.use_ssl,
+                use_ssl_mutual=options.use_ssl_mutual,
+                server_cert_pem=options.server_cert_pem,
+                server_key_pem=options.server_key_pem,
+                root_cert_pem=options.root_cert_pem,
+                max_connection_idle_ms=options.max_connection_idle_ms,
+                restricted_protocols=list(options.restricted_protocols),
+                control_on_tcp=options.control_on_tcp,
             )
         except RuntimeError as e:
             raise OSError(str(e)) from None
