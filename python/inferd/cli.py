@@ -109,7 +109,7 @@ class _Shutdown:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._signalled)
 
-    def _signalled(self, signum: int, frame: object) -> None:
+    def _signalled(self, signum: int, _frame: object) -> None:
         self._signals += 1
         first = self._signals == 1
         target = self._stop_gracefully if first else self._exit_now
