@@ -837,8 +837,8 @@ class GrpcServerTest : public ::testing::Test {
     publish();
   }
 
-  void start_server(GrpcServerOptions options = {}) {
   // Serves on 127.0.0.1:0 first, then on the addresses `options` names (a Unix socket).
+  void start_server(GrpcServerOptions options = {}) {
     options.addresses.insert(options.addresses.begin(), "127.0.0.1:0");
     options.backend_address = backend_address_;
     server_ = std::make_unique<GrpcServer>(options);
@@ -1742,8 +1742,6 @@ TEST_F(GrpcServerTest, AnInternalFailureLeavesOneLogRecord) {
   set_core_logging(LogLevel::kInfo, /*json=*/true);
 }
 
-}  // namespace
-}  // namespace inferd
 // --- access: restricted protocols and control calls (issue 13, item 6) ---------------------------
 
 using ClientMetadata = std::multimap<grpc::string_ref, grpc::string_ref>;
@@ -1918,3 +1916,5 @@ TEST_F(GrpcServerTest, ControlOnTcpForwardsControlCallsFromTcp) {
   EXPECT_EQ(backend_->call_count(), 1u);
 }
 
+}  // namespace
+}  // namespace inferd
