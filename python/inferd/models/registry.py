@@ -354,4 +354,6 @@ def version_number(text: str) -> int | None:
     None otherwise, so that " 1" or "0_1" is no name of version 1."""
     if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
         return None
+    if len(text) > 19:  # more than any version folder (and int() refuses 4,300 digits and more)
+        return None
     return int(text)
