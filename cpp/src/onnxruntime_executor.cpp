@@ -10,9 +10,52 @@
 #include <utility>
 
 #include "inferd/onnxruntime_library.h"
+#include "inferd/structured_log.h"
 
 namespace inferd {
 namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+bool is_identifier(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// Whether `token` is a source location: "<path>.<source extension>:<line>".
+bool is_source_location(std::string_view token) {
+  const size_t colon = token.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == token.size()) return false;
+  for (size_t i = colon + 1; i < token.size(); ++i) {
+    if (token[i] < '0' || token[i] > '9') return false;
+  }
+  const size_t dot = token.rfind('.', colon);
+  if (dot == std::string_view::npos) return false;
+  const std::string_view extension = token.substr(dot + 1, colon - dot - 1);
+  for (std::string_view known : {"cc", "cpp", "cxx", "c", "h", "hpp", "cu", "cuh", "inl"}) {
+    if (extension == known) return true;
+  }
+  return false;
+}
+
+// Length of the C++ function signature ORT writes after a source location ("ns::Class::f(args)"
+// and the spaces after it), or 0 when `text` does not start with one.
+size_t signature_length(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && (is_identifier(text[i]) || text[i] == ':' || text[i] == '~' || text[i] == '<' ||
+                             text[i] == '>' || text[i] == ',')) {
+    ++i;
+  }
+  if (i == 0 || i == text.size() || text[i] != '(') return 0;
+  int depth = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '(') ++depth;
+    if (text[i] == ')' && --depth == 0) break;
+  }
+  if (i == text.size()) return 0;
+  ++i;
+  while (i < text.size() && is_space(text[i])) ++i;
+  return i;
+}
 
 struct TypeEntry {
   DataType dtype;
@@ -294,13 +337,44 @@ Status output_tensor(Ort::Value value, const std::string& name, DataType declare
 
 }  // namespace
 
+std::string without_source_locations(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  size_t i = 0;
+  while (i < message.size()) {
+    if (is_space(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && !is_space(message[end])) ++end;
+    const std::string_view token = message.substr(i, end - i);
+    if (!is_source_location(token)) {
+      out += token;
+      i = end;
+      continue;
+    }
+    while (end < message.size() && is_space(message[end])) ++end;
+    i = end + signature_length(message.substr(end));
+  }
+  while (!out.empty() && is_space(out.back())) out.pop_back();
+  return out;
+}
+
 Status OnnxRuntimeExecutor::execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) {
   try {
     return run(inputs, outputs);
   } catch (const Ort::Exception& error) {
     // INTERNAL whatever ORT's code: the core checked every request of the batch against the
-    // model's signature, so a failure here is the executor's, not one client's.
-    return Status::Error(StatusCode::kInternal, std::string("ONNX Runtime: ") + error.what());
+    // model's signature, so a failure here is the executor's, not one client's. The client's
+    // message leaves out where in ORT's source it failed; the log keeps it.
+    if (core_logs(LogLevel::kWarning)) {
+      LogRecord("ONNX Runtime failed a run", LogLevel::kWarning)
+          .add("logger", "onnxruntime")
+          .add("reason", error.what())
+          .write();
+    }
+    return Status::Error(StatusCode::kInternal, "ONNX Runtime: " + without_source_locations(error.what()));
   } catch (const std::exception& error) {
     return Status::Error(StatusCode::kInternal, error.what());
   } catch (...) {

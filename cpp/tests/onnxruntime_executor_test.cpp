@@ -101,6 +101,25 @@ std::vector<Tensor> model_inputs(int64_t rows, const std::vector<std::string>& s
 }
 
 // Before any test loads a library (tests run in declaration order within one process).
+// ORT's own text for a Reshape it cannot do (onnxruntime 1.x, Python and C API alike).
+TEST(OnnxRuntimeExecutor, MessagesLeaveOutOrtsSourceLocations) {
+  const std::string reshape =
+      "Non-zero status code returned while running Reshape node. Name:'' Status Message: "
+      "/onnxruntime_src/onnxruntime/core/providers/cpu/tensor/reshape_helper.h:91 "
+      "onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, onnxruntime::TensorShapeVector&, "
+      "bool) input_shape_size == requested_shape_size was false. The input tensor cannot be reshaped to the "
+      "requested shape. Input shape:{3}, requested shape:{2}\n";
+  EXPECT_EQ(without_source_locations(reshape),
+            "Non-zero status code returned while running Reshape node. Name:'' Status Message: "
+            "input_shape_size == requested_shape_size was false. The input tensor cannot be reshaped to the "
+            "requested shape. Input shape:{3}, requested shape:{2}");
+  // A location without a function after it, a relative one, and text that only looks alike.
+  EXPECT_EQ(without_source_locations("C:\\ort\\x.cc:12 failed; a.cc:3 too; ratio 1.5:2 and /models/m:1 stay"),
+            "failed; too; ratio 1.5:2 and /models/m:1 stay");
+  EXPECT_EQ(without_source_locations("indices element out of data bounds, idx=77"),
+            "indices element out of data bounds, idx=77");
+}
+
 TEST(OnnxRuntimeExecutor, CreateWithoutTheLibrarySaysSo) {
   if (OnnxRuntimeLibrary::Loaded() != nullptr) GTEST_SKIP() << "a library is already loaded in this process";
   std::unique_ptr<OnnxRuntimeExecutor> executor;

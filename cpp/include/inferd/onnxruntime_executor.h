@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "inferd/executor.h"
@@ -9,6 +10,12 @@
 #include "inferd/tensor.h"
 
 namespace inferd {
+
+// `message` (an ONNX Runtime error) as a client may read it: without the source locations ORT
+// writes into its messages, a "path/file.h:91" token and the C++ function that follows it
+// ("/onnxruntime_src/.../reshape_helper.h:91 onnxruntime::ReshapeHelper::ReshapeHelper(...) "),
+// which tell clients about the server's build, not about their request. Thread-safe.
+std::string without_source_locations(std::string_view message);
 
 struct OnnxRuntimeExecutorOptions {
   std::string model_path;
@@ -46,7 +53,8 @@ class OnnxRuntimeExecutor : public Executor {
 
   // See Executor::execute. Errors: INVALID_ARGUMENT when an input is not of the model's type or
   // ORT refuses an input; INTERNAL for an output that is not of the declared type and for any
-  // other ORT failure. Never throws.
+  // other ORT failure. ORT's messages reach the caller without source locations (the full text
+  // is logged). Never throws.
   Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
 
   // The model's datatype of each configured input, in input order. Thread-safe.

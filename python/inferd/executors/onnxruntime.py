@@ -17,8 +17,9 @@ import numpy as np
 import structlog
 
 from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
-from inferd.errors import InvalidArgument, ModelLoadError
+from inferd.errors import InferdError, Internal, InvalidArgument, ModelLoadError
 from inferd.executors.iobinding import IoBindingRunner
+from inferd.executors.runtime_messages import without_source_locations
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
 from inferd.repository.layout import model_file_label, without_model_dir
 
@@ -201,6 +202,17 @@ class OnnxRuntimeExecutor:
             )
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        try:
+            return self._run(inputs)
+        except InferdError:
+            raise
+        except Exception as e:  # ONNX Runtime's own exception classes
+            # The client reads ORT's message without where in ORT's source it failed; the log
+            # keeps the full text.
+            log.warning("ONNX Runtime failed a run", reason=str(e))
+            raise Internal(f"ONNX Runtime: {without_source_locations(str(e))}") from None
+
+    def _run(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         # An optional input left out (None) is not fed: the model's initializer stands in.
         feeds = [
             (name, _utf8_strings(array, name) if is_string else array, is_bf16)

@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import structlog
 
 from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
+from inferd.executors.runtime_messages import without_source_locations
 from inferd.executors.staging import InputStager, copy_back
+
+log = structlog.get_logger(__name__)
 
 
 def optimization_profile(max_batch_size: int, preferred: list[int]) -> tuple[int, int, int]:
@@ -83,7 +87,11 @@ def build_engine(
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(onnx_bytes):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise ModelLoadError(f"TensorRT cannot parse the ONNX model: {errors}")
+        # Parser errors may name the parser's source file and line: logged, not answered.
+        log.warning("TensorRT cannot parse the ONNX model", reason=errors)
+        raise ModelLoadError(
+            f"TensorRT cannot parse the ONNX model: {without_source_locations(errors)}"
+        )
     config = builder.create_builder_config()
     if fp16:
         config.set_flag(trt.BuilderFlag.FP16)
