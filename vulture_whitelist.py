@@ -73,3 +73,6 @@ _.serialize_bytes
 
 # observability/telemetry.py: the context-manager protocol passes __exit__ a traceback argument.
 _.traceback
+
+# transport/core_server.py: grpc.aio calls a server interceptor's intercept_service.
+_.intercept_service

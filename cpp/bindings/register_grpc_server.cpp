@@ -33,7 +33,7 @@ std::shared_ptr<GrpcServer> make_server(
     std::string server_cert_pem, std::string server_key_pem, std::string root_cert_pem, size_t max_stream_outstanding,
     int max_connection_idle_ms,
     const std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>& restricted_protocols,
-    bool control_on_tcp) {
+    bool control_on_tcp, uint64_t max_inflight_bytes) {
   GrpcServerOptions options;
   options.addresses = std::move(addresses);
   options.backend_address = std::move(backend_address);
@@ -52,6 +52,7 @@ std::shared_ptr<GrpcServer> make_server(
     options.access.restricted.push_back(RestrictedProtocol{groups, key, value});
   }
   options.access.control_on_tcp = control_on_tcp;
+  options.max_inflight_bytes = max_inflight_bytes;
   std::unique_ptr<GrpcServer> server;
   {
     py::gil_scoped_release release;  // binding ports and starting grpc's threads
@@ -104,7 +105,7 @@ void register_grpc_server(py::module_& m) {
            py::arg("max_connection_idle_ms") = 0,
            py::arg("restricted_protocols") =
                std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{},
-           py::arg("control_on_tcp") = false,
+           py::arg("control_on_tcp") = false, py::arg("max_inflight_bytes") = 0,
            "Binds every address (HOST:PORT or unix:PATH) and serves: inference in the core, every call it does not "
            "answer forwarded to the backend address. restricted_protocols: (groups, key, value) as Triton's "
            "--grpc-restricted-protocol; control_on_tcp: control calls answered on TCP too. Raises RuntimeError "

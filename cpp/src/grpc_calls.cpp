@@ -44,8 +44,16 @@ int grpc_code(StatusCode code) {
   return grpc::StatusCode::INTERNAL;
 }
 
+std::string shown_message(std::string message) {
+  if (message.size() <= kMaxStatusMessageBytes) return message;
+  size_t cut = kMaxStatusMessageBytes - 3;                                             // room for the ellipsis
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  message.resize(cut);
+  return message + "\u2026";
+}
+
 grpc::Status to_grpc_status(const Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(grpc_code(status.code)), status.message);
+  return grpc::Status(static_cast<grpc::StatusCode>(grpc_code(status.code)), shown_message(status.message));
 }
 
 bool receive(const grpc::ByteBuffer& buffer, ReceivedMessage* out) {
@@ -65,6 +73,13 @@ bool receive(const grpc::ByteBuffer& buffer, ReceivedMessage* out) {
   out->bytes = *joined;
   out->owner = std::move(joined);
   return true;
+}
+
+grpc::Status over_budget(size_t request_bytes, const InflightBudget& budget) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "the server holds too many request bytes to take this request's " +
+                          std::to_string(request_bytes) + " (--max-inflight-bytes " + std::to_string(budget.limit()) +
+                          "); retry later");
 }
 
 grpc::ByteBuffer message(std::string_view bytes) {
@@ -271,6 +286,9 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
 
   grpc::GenericCallbackServerContext* const context_;
   const std::shared_ptr<TransportContext> transport_;
+  // The request's bytes in the in-flight budget (InferCall). Declared before the buffers, so
+  // released once they are freed.
+  ByteReservation reservation_;
   grpc::ByteBuffer request_;
 
  private:
@@ -310,6 +328,11 @@ class InferCall final : public UnaryCall, public CompletionSink {
 
  private:
   void handle() override {
+    // Held until this object goes: once the answer is sent and the core has let the request go.
+    if (!transport_->inflight->reserve(request_.Length(), &reservation_)) {
+      fail(over_budget(request_.Length(), *transport_->inflight));
+      return;
+    }
     ReceivedMessage received;
     if (!receive(request_, &received)) {
       fail(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"));
@@ -417,11 +440,27 @@ class SnapshotCall final : public UnaryCall {
     return is_valid_utf8(*name) && is_valid_utf8(*version);
   }
 
+  // ServerLiveRequest and ServerReadyRequest have no fields; unknown ones are skipped.
+  static bool is_message(std::string_view bytes) {
+    WireReader reader(bytes);
+    while (!reader.done()) {
+      uint32_t field;
+      WireType type;
+      if (!reader.read_tag(&field, &type) || !reader.skip(type)) return false;
+    }
+    return true;
+  }
+
   void handle() override {
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    if (kind_ == CallKind::kServerLive) return answer(bool_message(snapshot->live));
-    if (kind_ == CallKind::kServerReady) return answer(bool_message(snapshot->ready));
     ReceivedMessage received;
+    if (kind_ == CallKind::kServerLive || kind_ == CallKind::kServerReady) {
+      if (!receive(request_, &received) || !is_message(received.bytes)) {
+        return fail(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "the request of " + context_->method() + " is not a valid protobuf message"));
+      }
+      return answer(bool_message(kind_ == CallKind::kServerLive ? snapshot->live : snapshot->ready));
+    }
     std::string_view name, version;
     if (!receive(request_, &received) || !read_name_version(received.bytes, &name, &version)) return forward();
     const std::shared_ptr<const ModelRoute> route = snapshot->find(name, version);

@@ -3,6 +3,7 @@
 #include <grpc/grpc.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <utility>
@@ -91,10 +92,10 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   grpc::ChannelArguments backend_args;
   backend_args.SetMaxReceiveMessageSize(-1);  // the caller's limits were applied on the way in
   backend_args.SetMaxSendMessageSize(-1);
-  transport_ = std::make_shared<TransportContext>();
+  transport_ = std::make_shared<TransportContext>(options_.max_inflight_bytes);
   transport_->backend = std::make_unique<grpc::GenericStub>(
       grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args));
-  transport_->max_stream_outstanding = options_.max_stream_outstanding;
+  transport_->max_stream_outstanding = std::max<size_t>(1, options_.max_stream_outstanding);  // 0 would never read
   service_ = std::make_unique<Service>(transport_, options_.access);
 
   grpc::ServerBuilder builder;

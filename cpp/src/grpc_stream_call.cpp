@@ -28,11 +28,12 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response) {
 }
 
 // One ModelStreamInfer call. Each request read is answered as it completes, not in arrival order:
-// a computed one with its ModelStreamInferResponse, a failed one (or a message that is not a
-// ModelInferRequest) with `error_message` and the request's id, and the stream goes on - unless
-// the client sent `triton_grpc_error: true` (Triton's opt-in), which ends the call with the first
-// error's status. Requests without a route, and those Python observes (sent_to_python: sampled for
-// tracing, verbose logs), go one by one to the backend's ModelInfer.
+// a computed one with its ModelStreamInferResponse, a failed one with `error_message` and the
+// request's id, and the stream goes on - unless the client sent `triton_grpc_error: true` (Triton's
+// opt-in), which ends the call with the first error's status. A message that does not parse as a
+// ModelInferRequest ends the call with INVALID_ARGUMENT once the requests read before it are
+// answered and sent. Requests without a route, and those Python observes (sent_to_python: sampled
+// for tracing, verbose logs), go one by one to the backend's ModelInfer.
 //
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
 // read and not yet answered and sent, beyond which reading waits (a client that sends without
@@ -147,12 +148,19 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     ParsedInferRequest parsed;
     Status status =
         parse_infer_request(reinterpret_cast<const std::byte*>(received.bytes.data()), received.bytes.size(), &parsed);
-    if (!status.ok()) return answer_error(to_grpc_status(status), "");
+    if (!status.ok()) return end_malformed(to_grpc_status(status));
+    // Held until the core or the backend lets the request go (its answer is then on its way).
+    auto reservation = std::make_shared<ByteReservation>();
+    if (!transport_->inflight->reserve(request.Length(), reservation.get())) {
+      return answer_error(over_budget(request.Length(), *transport_->inflight), std::string(parsed.id));
+    }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     bool sampled;
-    if (sent_to_python(*snapshot, *context_, &sampled)) return forward(request, std::string(parsed.id), sampled);
+    if (sent_to_python(*snapshot, *context_, &sampled)) {
+      return forward(request, std::string(parsed.id), sampled, std::move(reservation));
+    }
     const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version);
-    if (route == nullptr) return forward(request, std::string(parsed.id), false);
+    if (route == nullptr) return forward(request, std::string(parsed.id), false, std::move(reservation));
 
     const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
@@ -171,7 +179,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
     refs_.fetch_add(1, std::memory_order_relaxed);  // released with the sink
     inference->sink = std::shared_ptr<CompletionSink>(
-        static_cast<CompletionSink*>(this), [](CompletionSink* sink) { static_cast<StreamInferCall*>(sink)->unref(); });
+        static_cast<CompletionSink*>(this),
+        [reservation = std::move(reservation)](CompletionSink* sink) { static_cast<StreamInferCall*>(sink)->unref(); });
     status = scheduler->submit(std::move(inference));
     if (!status.ok()) {
       const std::string id = inference->id;
@@ -186,7 +195,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   }
 
   // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing.
-  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled) {
+  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled,
+               std::shared_ptr<ByteReservation> reservation) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
     if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
@@ -197,19 +207,31 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       forwarded_.emplace(call, id);
     }
     refs_.fetch_add(1, std::memory_order_relaxed);
-    transport_->backend->UnaryCall(&call->context, kModelInferMethod, grpc::StubOptions(), &call->request,
-                                   &call->response, [this, call, id = std::move(id)](grpc::Status status) {
-                                     {
-                                       std::lock_guard<std::mutex> lock(mutex_);
-                                       forwarded_.erase(call);
-                                     }
-                                     if (status.ok()) {
-                                       send(stream_answer(call->response));
-                                     } else {
-                                       answer_error(status, id);
-                                     }
-                                     unref();
-                                   });
+    transport_->backend->UnaryCall(
+        &call->context, kModelInferMethod, grpc::StubOptions(), &call->request, &call->response,
+        [this, call, id = std::move(id), reservation = std::move(reservation)](grpc::Status status) {
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            forwarded_.erase(call);
+          }
+          if (status.ok()) {
+            send(stream_answer(call->response));
+          } else {
+            answer_error(status, id);
+          }
+          unref();
+        });
+  }
+
+  // A message that is not a ModelInferRequest: no request id to answer it by, and nothing after it
+  // can be trusted to line up, so reading stops; the requests accepted before it are answered and
+  // sent, then the call ends with its status.
+  void end_malformed(const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    answer_dropped_locked();
+    reads_done_ = true;
+    if (!malformed_status_) malformed_status_ = std::make_unique<grpc::Status>(status);
+    after_change(std::move(lock));
   }
 
   // One request failed: its error answer, or the end of the call with `triton_grpc_error`.
@@ -257,6 +279,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
           status = *final_status_;
         } else if (broken_) {
           status = grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+        } else if (malformed_status_) {
+          status = *malformed_status_;
         }
       }
     }
@@ -281,14 +305,15 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   std::atomic<int> refs_{1};   // grpc's, released in OnDone
 
   std::mutex mutex_;
-  bool reading_ = false;                        // a read is in flight, or OnReadDone is handling one
-  bool reads_done_ = false;                     // the client has stopped sending
-  bool writing_ = false;                        // writes_.front() is being sent
-  bool broken_ = false;                         // cancelled, or a write failed: the client gets nothing more
-  bool finished_ = false;                       // Finish was called
-  std::unique_ptr<grpc::Status> final_status_;  // the first error, with triton_grpc_error
-  size_t outstanding_ = 0;                      // requests read and not yet answered and sent
-  std::deque<grpc::ByteBuffer> writes_;         // answers waiting to be sent; front() in flight
+  bool reading_ = false;                            // a read is in flight, or OnReadDone is handling one
+  bool reads_done_ = false;                         // the client has stopped sending
+  bool writing_ = false;                            // writes_.front() is being sent
+  bool broken_ = false;                             // cancelled, or a write failed: the client gets nothing more
+  bool finished_ = false;                           // Finish was called
+  std::unique_ptr<grpc::Status> final_status_;      // the first error, with triton_grpc_error
+  std::unique_ptr<grpc::Status> malformed_status_;  // a message did not parse: reads_done_, ends with it
+  size_t outstanding_ = 0;                          // requests read and not yet answered and sent
+  std::deque<grpc::ByteBuffer> writes_;             // answers waiting to be sent; front() in flight
   std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
   std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
 };

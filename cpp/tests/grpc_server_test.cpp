@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -1343,7 +1344,9 @@ TEST_F(GrpcServerTest, StreamInferAnswersEveryRequestWithItsId) {
   EXPECT_EQ(backend_->call_count(), 0u);
 }
 
-TEST_F(GrpcServerTest, StreamInferAnswersAMalformedMessageInErrorMessageAndGoesOn) {
+// Issue 13, item 3: a message that does not parse ends the stream with INVALID_ARGUMENT, after
+// the requests accepted before it are answered; what comes after it is not read.
+TEST_F(GrpcServerTest, StreamInferEndsOnAMalformedMessageAfterAnsweringTheRequestsBeforeIt) {
   StreamClient stream(stub_.get(), method("ModelStreamInfer"));
   const std::string malformed(
       "\x0a\x05"
@@ -1351,37 +1354,25 @@ TEST_F(GrpcServerTest, StreamInferAnswersAMalformedMessageInErrorMessageAndGoesO
       4);
   const Status parse_error = check_request(nullptr, malformed);
   ASSERT_FALSE(parse_error.ok());
+  std::set<std::string> sent;
+  for (int i = 0; i < 6; ++i) {
+    sent.insert("before-" + std::to_string(i));
+    stream.write(infer_request("add_one", "before-" + std::to_string(i), rows_from(static_cast<float>(i), 1), 1));
+  }
   stream.write(malformed);
   stream.write(infer_request("add_one", "after", rows_from(5, 1), 1));
-  bool saw_error = false, saw_answer = false;
-  for (int i = 0; i < 2; ++i) {
-    std::string bytes;
-    ASSERT_TRUE(stream.read(&bytes)) << "answer " << i;
+  std::set<std::string> answered;
+  std::string bytes;
+  while (stream.read(&bytes)) {
     StreamAnswer answer;
     ASSERT_TRUE(parse_stream_answer(bytes, &answer));
-    if (!answer.error_message.empty()) {
-      saw_error = true;
-      EXPECT_EQ(answer.error_message, parse_error.message);
-      EXPECT_EQ(answer.infer.id, "");
-    } else {
-      saw_answer = true;
-      EXPECT_EQ(answer.infer.id, "after");
-      EXPECT_EQ(answer.infer.values(0), plus_one(rows_from(5, 1)));
-    }
+    EXPECT_EQ(answer.error_message, "");
+    answered.insert(answer.infer.id);
   }
-  EXPECT_TRUE(saw_error);
-  EXPECT_TRUE(saw_answer);
-  // Still open: one more.
-  stream.write(infer_request("add_one", "later", rows_from(9, 1), 1));
-  std::string bytes;
-  ASSERT_TRUE(stream.read(&bytes));
-  StreamAnswer answer;
-  ASSERT_TRUE(parse_stream_answer(bytes, &answer));
-  EXPECT_EQ(answer.error_message, "");
-  EXPECT_EQ(answer.infer.id, "later");
-  stream.writes_done();
+  EXPECT_EQ(answered, sent);
   const grpc::Status status = stream.finish();
-  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), parse_error.message);
 }
 
 TEST_F(GrpcServerTest, StreamInferForwardsUnknownModelsAndReturnsTheirErrorWithTheId) {
@@ -1463,6 +1454,19 @@ TEST_F(GrpcServerTest, InvalidRequestBytesAreInvalidArgumentAndServingGoesOn) {
   EXPECT_TRUE(failures().empty());  // no model named: nothing to count against
 }
 
+// Issue 13, small ones: bytes that are not protobuf are INVALID_ARGUMENT on the calls the snapshot
+// answers too, never a live or ready answer.
+TEST_F(GrpcServerTest, ServerLiveAndReadyRefuseBytesThatAreNotProtobuf) {
+  for (const char* name : {"ServerLive", "ServerReady"}) {
+    SCOPED_TRACE(name);
+    ClientResult r = unary(method(name), std::string("\xff\xff\xff", 3));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    r = unary(method(name), key(99, 0) + varint(1));  // an unknown field is fine
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  }
+  EXPECT_EQ(backend_->call_count(), 0u);
+}
+
 // --- 8. cancellation -----------------------------------------------------------------------------
 
 // One request holds the only executor (gate closed); the next waits in the batcher's queue.
@@ -1480,6 +1484,32 @@ TEST_F(GrpcServerTest, ACancelledCallStillQueuedIsNotComputed) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   expect_add_one_answer(r.body, "first", rows_from(1000, 1), 1);
   EXPECT_EQ(log_.executions(), 1);
+  EXPECT_FALSE(log_.computed_row_starting_with(2000));
+}
+
+// Issue 13, item 1: the in-flight byte budget. A request the core holds keeps its bytes; one that
+// would pass the budget is RESOURCE_EXHAUSTED at once and never reaches the core; once the first
+// is answered its bytes are back and the next fits.
+TEST_F(GrpcServerTest, ARequestPastTheInflightBudgetIsRefusedAtOnceAndTheBytesComeBack) {
+  const std::string request = infer_request("add_one", "first", rows_from(1000, 1), 1);
+  server_->shutdown(1.0);
+  GrpcServerOptions options;
+  options.max_inflight_bytes = request.size() + request.size() / 2;  // one fits, two do not
+  start_server(options);
+  publish();
+  log_.close_gate();
+  PendingUnary first(stub_.get(), method("ModelInfer"), request);
+  ASSERT_TRUE(log_.wait_executions(1));
+  ClientResult refused = unary(method("ModelInfer"), infer_request("add_one", "other", rows_from(2000, 1), 1));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("--max-inflight-bytes"), std::string::npos)
+      << refused.status.error_message();
+  log_.open_gate();
+  ASSERT_TRUE(first.wait().status.ok());
+  // Its bytes come back once the call is done, just after the client has the answer.
+  EXPECT_TRUE(eventually([&] {
+    return unary(method("ModelInfer"), infer_request("add_one", "third", rows_from(3000, 1), 1)).status.ok();
+  }));
   EXPECT_FALSE(log_.computed_row_starting_with(2000));
 }
 

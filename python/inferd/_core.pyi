@@ -318,6 +318,7 @@ class GrpcServer:
         max_connection_idle_ms: int = 0,
         restricted_protocols: list[tuple[list[str], str, str]] = ...,
         control_on_tcp: bool = False,
+        max_inflight_bytes: int = 0,
     ) -> None: ...
     @property
     def ports(self) -> list[int]: ...

@@ -41,6 +41,7 @@ from inferd.settings import ServerSettings
 from inferd.transport.core_server import (
     BackendSocket,
     CoreGrpcServer,
+    MalformedRequestsAreInvalid,
     ServingPublisher,
     TransportOptions,
     restricted_protocol,
@@ -170,6 +171,8 @@ def _transport_options(settings: ServerSettings) -> TransportOptions:
             restricted_protocol(spec) for spec in settings.grpc_restricted_protocol
         ),
         control_on_tcp=settings.grpc_control_on_tcp,
+        max_stream_outstanding=settings.stream_max_outstanding,
+        max_inflight_bytes=settings.max_inflight_bytes,
     )
 
 
@@ -248,7 +251,8 @@ async def create_server(
 
     # The Python service: only the core's server reaches it, after applying the caller's limits.
     server = grpc.aio.server(
-        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        interceptors=[MalformedRequestsAreInvalid()],
     )
     state = ServerState()
     telemetry = Telemetry(

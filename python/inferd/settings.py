@@ -44,6 +44,20 @@ class ServerSettings:
         default=0,
         metadata=_help("Calls in flight per client connection; more wait. 0 = no limit."),
     )
+    stream_max_outstanding: int = field(
+        default=1024,
+        metadata=_help(
+            "Requests one ModelStreamInfer call may have read and not yet answered and sent; past "
+            "it the server stops reading the stream (gRPC's flow control holds the client back)."
+        ),
+    )
+    max_inflight_bytes: int = field(
+        default=2**31,
+        metadata=_help(
+            "Bytes of inference requests received and not yet answered, all clients together; a "
+            "request past it is answered RESOURCE_EXHAUSTED at once. 0 = no limit."
+        ),
+    )
     grpc_max_connection_idle_secs: float = field(
         default=300.0,
         metadata=_help(

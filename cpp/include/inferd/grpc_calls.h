@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "inferd/grpc_inflight_budget.h"
 #include "inferd/grpc_server.h"
 #include "inferd/inference_request.h"
 #include "inferd/serving_snapshot.h"
@@ -25,10 +26,15 @@ namespace inferd {
 // What every call of one server reaches. Shared by the calls: they may outlive the GrpcServer
 // while the core finishes their requests.
 struct TransportContext {
+  explicit TransportContext(uint64_t max_inflight_bytes = 0)
+      : inflight(std::make_shared<InflightBudget>(max_inflight_bytes)) {}
+
   ServingState state;
   FailureCounts failures;
   std::unique_ptr<grpc::GenericStub> backend;
   size_t max_stream_outstanding = 1024;
+  // Bytes of the inference requests received and not yet answered (see InflightBudget).
+  const std::shared_ptr<InflightBudget> inflight;
 
   // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
   uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
@@ -78,7 +84,13 @@ grpc::ServerGenericBidiReactor* create_forwarded_call(grpc::GenericCallbackServe
 
 // The core's status as the gRPC status the client sees (the one table of the C++ transport; the
 // Python side's is inferd.transport.status.GRPC_CODES, and a test keeps the two equal).
+// Its message is cut to kMaxStatusMessageBytes (shown_message): the names a message echoes come
+// from the client, and a status past gRPC's metadata limit reaches the client as another error.
 grpc::Status to_grpc_status(const Status& status);
+// The longest status message a client gets, in bytes (Python's transport/status.py has the same).
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+// `message`, or its first bytes (whole UTF-8 characters) and an ellipsis, within kMaxStatusMessageBytes.
+std::string shown_message(std::string message);
 int grpc_code(StatusCode code);
 
 // A received message as one contiguous view, and what keeps it alive (a reference to grpc's own
@@ -109,6 +121,9 @@ struct BackendCall {
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
 };
+// The answer to an inference request refused because the in-flight budget is spent.
+grpc::Status over_budget(size_t request_bytes, const InflightBudget& budget);
+
 // Copies the caller's metadata (not the transport's own headers, nor kTraceSampledKey) and deadline.
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to);
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to);

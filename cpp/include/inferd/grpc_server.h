@@ -44,6 +44,9 @@ struct GrpcServerOptions {
   // Streamed requests a ModelStreamInfer call may have unanswered or unsent before the core stops
   // reading more from it: a client that sends without reading is held back, not buffered.
   size_t max_stream_outstanding = 1024;
+  // Bytes of inference requests received and not yet answered, all calls together; a request
+  // that would take them past it is answered RESOURCE_EXHAUSTED at once. 0 = no limit.
+  uint64_t max_inflight_bytes = 0;
 };
 
 // Counts of inference requests that failed on a known model version, by (model, version, status):

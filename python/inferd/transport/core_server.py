@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
 
 import inferd._core as _core
 import inferd._proto.grpc_service_pb2 as pb
@@ -46,6 +49,8 @@ class TransportOptions:
     # (groups, key, value) of each --grpc-restricted-protocol (see restricted_protocol).
     restricted_protocols: tuple[tuple[list[str], str, str], ...] = ()
     control_on_tcp: bool = False
+    max_stream_outstanding: int = 1024
+    max_inflight_bytes: int = 0
 
 
 def restricted_protocol(spec: str) -> tuple[list[str], str, str]:
@@ -75,6 +80,69 @@ def restricted_protocol(spec: str) -> tuple[list[str], str, str]:
             )
         value = os.environ[name]
     return [g.strip() for g in groups.split(",")], key, value
+
+
+class MalformedRequestsAreInvalid(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Bytes that do not parse as a call's request message answer INVALID_ARGUMENT, on every
+    service of the Python server (grpc answers UNKNOWN naming the decoder's exception class
+    otherwise). Each handler is given the raw bytes and decodes them itself, inside the call."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        decode = None if handler is None else handler.request_deserializer
+        if decode is None:
+            return handler
+        method = str(details.method)
+
+        async def decoded(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                return decode(request)
+            except DecodeError:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request of {method} is not a valid protobuf message",
+                )
+
+        async def requests(
+            stream: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[Any]:
+            async for request in stream:
+                yield await decoded(request, context)
+
+        serialize = handler.response_serializer
+        if handler.unary_unary is not None:
+            unary_unary = handler.unary_unary
+
+            async def unary(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+                return await unary_unary(await decoded(request, context), context)
+
+            return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serialize)
+        if handler.unary_stream is not None:
+            unary_stream = handler.unary_stream
+
+            async def to_stream(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+                async for response in unary_stream(await decoded(request, context), context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(to_stream, response_serializer=serialize)
+        if handler.stream_unary is not None:
+            stream_unary = handler.stream_unary
+
+            async def from_stream(stream: AsyncIterator[bytes], context: Any) -> Any:
+                return await stream_unary(requests(stream, context), context)
+
+            return grpc.stream_unary_rpc_method_handler(from_stream, response_serializer=serialize)
+        stream_stream = handler.stream_stream
+
+        async def both(stream: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+            async for response in stream_stream(requests(stream, context), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(both, response_serializer=serialize)
 
 
 class BackendSocket:
@@ -108,6 +176,8 @@ class CoreGrpcServer:
                 max_connection_idle_ms=options.max_connection_idle_ms,
                 restricted_protocols=list(options.restricted_protocols),
                 control_on_tcp=options.control_on_tcp,
+                max_stream_outstanding=options.max_stream_outstanding,
+                max_inflight_bytes=options.max_inflight_bytes,
             )
         except RuntimeError as e:
             raise OSError(str(e)) from None

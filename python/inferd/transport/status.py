@@ -26,7 +26,21 @@ GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
+# The longest status message a client gets, in UTF-8 bytes, as the core's transport cuts its own
+# (kMaxStatusMessageBytes in grpc_calls.h): messages echo names the client sent, and a status past
+# gRPC's metadata limit reaches the client as RESOURCE_EXHAUSTED instead of what it is.
+MAX_STATUS_MESSAGE_BYTES = 1024
+
 R = TypeVar("R")
+
+
+def shown_message(message: str) -> str:
+    """``message``, or its first whole characters and an ellipsis, within the limit."""
+    encoded = message.encode("utf-8", errors="replace")
+    if len(encoded) <= MAX_STATUS_MESSAGE_BYTES:
+        return message
+    cut = encoded[: MAX_STATUS_MESSAGE_BYTES - 3].decode("utf-8", errors="ignore")
+    return cut + "\u2026"
 
 
 def grpc_status(
@@ -35,10 +49,12 @@ def grpc_status(
     """The status a failed call answers with. Unknown exceptions are bugs: INTERNAL, and logged
     (with ``log_unexpected``) unless their request's record has been written already."""
     if isinstance(error, InferdError):
-        return GRPC_CODES[error.code], str(error)
+        return GRPC_CODES[error.code], shown_message(str(error))
     if log_unexpected and not already_logged(error):
         log.exception("unexpected error in a request handler", exc_info=error)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
+    return grpc.StatusCode.INTERNAL, shown_message(
+        f"internal error: {type(error).__name__}: {error}"
+    )
 
 
 def answers_errors(
