@@ -205,6 +205,17 @@ def _special_floats() -> tuple[Callable[[], bytes], Callable[[bytes], None]]:
     return (lambda: payload), answer
 
 
+def _named(rpc: str, version: str) -> Callable[[], bytes]:
+    """The ``{name, version}`` request of ``rpc`` (ModelMetadata, ModelConfig, ...) for simple."""
+    message = getattr(service_pb2, f"{rpc}Request")(name=GOOD_MODEL, version=version)
+    payload: bytes = message.SerializeToString()
+    return lambda: payload
+
+
+def _not_ready(answer: bytes) -> None:
+    assert not service_pb2.ModelReadyResponse.FromString(answer).ready
+
+
 def _wire(*parts: bytes) -> Callable[[], bytes]:
     payload = b"".join(parts)
     return lambda: payload
@@ -577,6 +588,20 @@ CASES: dict[str, Hostile] = {
             "1\x00",
             "99999999999999999999",
         )
+    },
+    # The same versions to the RPCs that name a model version.
+    **{
+        f"version {version[:8]!r} to {rpc}": Hostile(
+            _named(rpc, version), NOT_FOUND, method=SERVICE + rpc
+        )
+        for rpc in ("ModelMetadata", "ModelConfig", "ModelStatistics")
+        for version in (" 1", "0_1", "1" * 20_000)
+    },
+    **{
+        f"version {version[:8]!r} to ModelReady": Hostile(
+            _named("ModelReady", version), OK, method=SERVICE + "ModelReady", answer=_not_ready
+        )
+        for version in (" 1", "0_1", "1" * 20_000)
     },
 }
 
