@@ -123,7 +123,9 @@ def limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     models = ["identity_bytes", "identity_fp32"]
     for name in models:
         write_identity_model(root / "models" / name, name.removeprefix("identity_").upper())
-    with running_server(root / "models", models, root) as running:
+    # Each request computed alone: ONNX Runtime's arena then keeps one request's output at most.
+    write_identity_model(root / "models" / "identity_alone", "FP32", max_batch_size=0)
+    with running_server(root / "models", [*models, "identity_alone"], root) as running:
         yield running
 
 
@@ -188,7 +190,10 @@ def test_health_answers_while_a_large_valid_bytes_request_is_computed(
 
 # --- memory returns after large requests (item 1, memory) ----------------------------------------
 
-RSS_IDLE_BOUND_MB = 64  # README: within 64 MB of what it held before (refused requests)
+# README: idle again within 512 MB of what the server held before four concurrent 400 MB requests
+# were computed. What stays is ONNX Runtime's CPU arena, which keeps the largest output (400 MB)
+# for reuse; before malloc_trim, glibc's arenas kept 2.1 GB more.
+RSS_IDLE_BOUND_MB = 512
 
 
 def rss_mb(pid: int) -> float:
@@ -200,10 +205,10 @@ def rss_mb(pid: int) -> float:
 
 
 def _send_four_large(url: str, codes: dict[str, str]) -> None:
-    """Four concurrent 400 MB raw FP32 requests whose shape claims one element more than sent."""
+    """Four concurrent 400 MB raw FP32 requests to an identity model without batching."""
     elements = 100 * MB
-    request = service_pb2.ModelInferRequest(model_name="identity_fp32", id="large")
-    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, elements + 1])
+    request = service_pb2.ModelInferRequest(model_name="identity_alone", id="large")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, elements])
     request.raw_input_contents.append(bytes(4 * elements))
     serialized = request.SerializeToString()
     del request
@@ -229,12 +234,13 @@ def test_memory_returns_after_four_concurrent_400_mb_requests(
         codes = manager.dict()
         sender = context.Process(target=_send_four_large, args=(limits_server.url, codes))
         sender.start()
-        sender.join(timeout=180)
-        assert sorted(dict(codes).values()) == ["INVALID_ARGUMENT"] * 4
-    # The last call lets go of its bytes just after its status is sent.
+        sender.join(timeout=300)
+        assert sorted(dict(codes).values()) == ["OK"] * 4
+    # The last call lets go of its bytes just after its answer is sent.
     deadline = time.monotonic() + 10
     while (idle := rss_mb(pid)) > before + RSS_IDLE_BOUND_MB and time.monotonic() < deadline:
         time.sleep(0.2)
+    print(f"RSS {before:.0f} MB before, {idle:.0f} MB idle after")
     assert idle <= before + RSS_IDLE_BOUND_MB, f"RSS {before:.0f} MB before, {idle:.0f} MB idle"
 
 
