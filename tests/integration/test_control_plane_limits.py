@@ -192,13 +192,14 @@ def test_cancelled_loads_roll_back_and_return_memory(endless: ServerProcess) -> 
                 time.sleep(0.05)
             return now
 
-        # While the load runs, all three say the model that should serve is not ready yet.
+        # While the load runs, the model is LOADING; the server stays ready (a model joins the
+        # ones that should serve once it has loaded), and health says the same.
         loading = threading.Thread(target=cancelled_load)
         loading.start()
         time.sleep(0.5)
         during = readiness(stub, channel)
         loading.join()
-        assert during == (False, False, [("", "LOADING")])
+        assert during == (True, True, [("", "LOADING")])
         assert settled() == before  # not LOADING forever, the server ready again
         start_rss = rss_bytes(endless)
         for _ in range(29):

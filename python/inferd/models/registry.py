@@ -146,13 +146,14 @@ class ModelRegistry:
         if self._abandon.is_set():
             raise Unavailable("the server is shutting down")
         async with self._locks.setdefault(name, asyncio.Lock()):
+            # A model joins the ones that should serve (strict readiness) once it loads: a
+            # client's load, until it succeeds, changes nothing of the server's readiness.
             was_wanted = name in self._wanted
             before = {k: s for k, s in self._statuses.items() if k[0] == name}
-            self._wanted.add(name)
             serving = name in self._models
             if not serving:
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.LOADING)
-                self._changed()  # readiness and health follow the LOADING state
+                self._changed()  # the model's readiness and health follow the LOADING state
             try:
                 built = await self._build(name, override)
             except InferdError as e:
@@ -167,15 +168,13 @@ class ModelRegistry:
                     self._statuses[(name, "")] = ModelStatus(
                         name, "", ModelState.UNAVAILABLE, str(e)
                     )
-                if not was_wanted:
-                    # A client's failed load of a new model must not make the server unready.
-                    self._wanted.discard(name)
                 self._changed()
                 raise
             except asyncio.CancelledError:
                 log.info("model load cancelled by its caller", model=name, kept_serving=serving)
                 self._restore(name, was_wanted, before)
                 raise
+            self._wanted.add(name)
             old = self._install(name, built)
             for model in old:
                 await model.scheduler.close()  # drains: its queued requests are still answered
