@@ -23,6 +23,7 @@ from tritonclient.grpc import service_pb2_grpc
 from inferd.cli import EXIT_MARGIN_S
 from inferd.examples import make_examples
 from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.slow_model import write_slow_model
 from tests.integration.test_control_plane_limits import load_request, simple_warmup
 from tests.integration.test_transport import (
     check_raw_simple_answer,
@@ -186,3 +187,33 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, second: signal.Signals) -
     print(f"exit {took:.2f} s after a second signal (code {code})")
     assert code == 128 + second
     assert "second signal during shutdown: exiting now" in events(log_path)
+
+
+@pytest.mark.timeout(180)
+def test_a_stop_held_by_a_run_in_progress_ends_at_the_margin(tmp_path: Path) -> None:
+    """One warm-up run that takes longer than --exit-timeout-secs plus the margin (a run cannot
+    be interrupted): the process ends at the bound, with a log line and code 1."""
+    repository = tmp_path / "models"
+    rows = 64  # ~512 GFLOP in one run: far longer than the bound on any CPU this runs on
+    write_slow_model(
+        repository / "slow",
+        f"max_batch_size: {rows}\n"
+        f'model_warmup [{{ name: "long" batch_size: {rows} count: 2\n'
+        '  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } }\n'
+        "}]\n",
+    )
+    log_path = tmp_path / "server.log"
+    exit_timeout_s = 0.5
+    with starting_server(
+        repository, log_path, "--exit-timeout-secs", str(exit_timeout_s)
+    ) as process:
+        wait_for(log_path, "native ONNX Runtime executor")  # its session is being made
+        time.sleep(2.0)  # into the first run
+        process.send_signal(signal.SIGTERM)
+        took, code = exit_time(process, exit_timeout_s + EXIT_MARGIN_S + SLACK_S)
+    print(f"exit {took:.2f} s after SIGTERM during a long warm-up run (code {code})")
+    assert code == 1
+    assert took >= exit_timeout_s + EXIT_MARGIN_S - 0.5  # the timer, not the run, ended it
+    assert "shutdown took longer than --exit-timeout-secs plus the margin: exiting now" in events(
+        log_path
+    )
