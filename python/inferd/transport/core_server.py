@@ -10,6 +10,7 @@ service would answer: it is rebuilt with the service's own code on every change.
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -121,8 +122,19 @@ class MalformedRequestsAreInvalid(grpc.aio.ServerInterceptor):  # type: ignore[m
                 return await unary_unary(await decoded(request, context), context)
 
             return grpc.unary_unary_rpc_method_handler(unary, response_serializer=serialize)
+        # A streaming handler is either a coroutine function writing with context.write or an
+        # async generator function, and grpc.aio tells them apart by the function: the wrapper
+        # must be of the same kind.
         if handler.unary_stream is not None:
             unary_stream = handler.unary_stream
+            if inspect.iscoroutinefunction(unary_stream):
+
+                async def to_writer(request: bytes, context: grpc.aio.ServicerContext) -> None:
+                    await unary_stream(await decoded(request, context), context)
+
+                return grpc.unary_stream_rpc_method_handler(
+                    to_writer, response_serializer=serialize
+                )
 
             async def to_stream(request: bytes, context: grpc.aio.ServicerContext) -> Any:
                 async for response in unary_stream(await decoded(request, context), context):
@@ -137,6 +149,14 @@ class MalformedRequestsAreInvalid(grpc.aio.ServerInterceptor):  # type: ignore[m
 
             return grpc.stream_unary_rpc_method_handler(from_stream, response_serializer=serialize)
         stream_stream = handler.stream_stream
+        if inspect.iscoroutinefunction(stream_stream):
+
+            async def both_writer(
+                stream: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+            ) -> None:
+                await stream_stream(requests(stream, context), context)
+
+            return grpc.stream_stream_rpc_method_handler(both_writer, response_serializer=serialize)
 
         async def both(stream: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
             async for response in stream_stream(requests(stream, context), context):
