@@ -103,6 +103,31 @@ def test_control_calls_on_the_unix_socket_are_answered(closed_server: ServerProc
         remote.close()
 
 
+@pytest.mark.timeout(120)
+def test_control_on_tcp_answers_control_calls_on_the_port(tmp_path: Path) -> None:
+    names = make_examples(tmp_path / "models")
+    with running_server(
+        tmp_path / "models",
+        names,
+        tmp_path,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--grpc-control-on-tcp=true",
+        control_on_tcp=False,  # the flag above, as an operator writes it
+    ) as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        try:
+            assert "log_info" in client.get_log_settings(as_json=True)["settings"]
+            client.unload_model("simple")
+            assert not client.is_model_ready("simple")
+            client.load_model("simple")
+            infer_simple(client)
+        finally:
+            client.close()
+
+
 @pytest.fixture(scope="module")
 def restricted_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """inference needs the key from INFER_KEY; model-repository and logging the one in a file."""
