@@ -290,7 +290,12 @@ def test_health_follows_load_unload_and_shutdown(tmp_path: Path) -> None:
     for thread in watchers:
         thread.join(10)
     assert statuses[""] == ["SERVING", "NOT_SERVING"]  # ready, then shutting down
-    assert statuses[f"{SERVICE}/identity_fp32"] == [
+    model_statuses = statuses[f"{SERVICE}/identity_fp32"]
+    if model_statuses[1:2] == ["NOT_SERVING"]:
+        # The first load's LOADING state, when the health update caught it (a quick load may be
+        # SERVING by the time the statuses are recomputed).
+        del model_statuses[1]
+    assert model_statuses == [
         "SERVICE_UNKNOWN",  # not loaded yet: no status
         "SERVING",
         "NOT_SERVING",
