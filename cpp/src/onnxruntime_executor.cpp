@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "inferd/onnxruntime_library.h"
-#include "inferd/structured_log.h"
 
 namespace inferd {
 namespace {
@@ -367,13 +366,8 @@ Status OnnxRuntimeExecutor::execute(const std::vector<Tensor>& inputs, std::vect
   } catch (const Ort::Exception& error) {
     // INTERNAL whatever ORT's code: the core checked every request of the batch against the
     // model's signature, so a failure here is the executor's, not one client's. The client's
-    // message leaves out where in ORT's source it failed; the log keeps it.
-    if (core_logs(LogLevel::kWarning)) {
-      LogRecord("ONNX Runtime failed a run", LogLevel::kWarning)
-          .add("logger", "onnxruntime")
-          .add("reason", error.what())
-          .write();
-    }
+    // message leaves out where in ORT's source it failed; ORT's own error record (through
+    // OnnxRuntimeLibrary's logging function) keeps the full text in the server log.
     return Status::Error(StatusCode::kInternal, "ONNX Runtime: " + without_source_locations(error.what()));
   } catch (const std::exception& error) {
     return Status::Error(StatusCode::kInternal, error.what());

@@ -54,7 +54,7 @@ class OnnxRuntimeExecutor : public Executor {
   // See Executor::execute. Errors: INVALID_ARGUMENT when an input is not of the model's type or
   // ORT refuses an input; INTERNAL for an output that is not of the declared type and for any
   // other ORT failure. ORT's messages reach the caller without source locations (the full text
-  // is logged). Never throws.
+  // is in ORT's own error record). Never throws.
   Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
 
   // The model's datatype of each configured input, in input order. Thread-safe.
