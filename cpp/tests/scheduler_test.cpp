@@ -489,17 +489,30 @@ TEST(Scheduler, ExpiriesAreAnsweredWhileEveryInstanceIsBusy) {
 
 // Doubles an INT32 input, but fails a batch in which any row holds a poisoned value, with a
 // message that lists every value of the batch (as runtimes' messages quote their inputs).
-// Optionally pipelined, checking that it executes batches in staging order.
+// Optionally pipelined, checking that it executes batches in staging order. Its first call
+// (stage or execute) waits at a gate until the test opens it, so that the test can queue every
+// other request meanwhile and the batches that follow are full.
 class PoisonedExecutor : public Executor {
  public:
   PoisonedExecutor(std::vector<int32_t> poison, bool pipelined) : poison_(std::move(poison)), pipelined_(pipelined) {}
   bool pipelined() const override { return pipelined_; }
+  void wait_at_gate() {
+    std::unique_lock<std::mutex> lock(gate_mutex_);
+    gate_changed_.wait(lock, [&] { return gate_entered_; });
+  }
+  void open_gate() {
+    std::lock_guard<std::mutex> lock(gate_mutex_);
+    gate_open_ = true;
+    gate_changed_.notify_all();
+  }
   Status stage(const std::vector<Tensor>& inputs) override {
+    pass_gate();
     std::lock_guard<std::mutex> lock(mutex);
     staged.push_back(inputs.at(0).data);
     return Status::Ok();
   }
   Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+    pass_gate();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const Tensor& in = inputs.at(0);
     const auto* src = reinterpret_cast<const int32_t*>(in.data);
@@ -532,8 +545,19 @@ class PoisonedExecutor : public Executor {
   bool out_of_order = false;
 
  private:
+  void pass_gate() {
+    std::unique_lock<std::mutex> lock(gate_mutex_);
+    if (gate_entered_) return;
+    gate_entered_ = true;
+    gate_changed_.notify_all();
+    gate_changed_.wait(lock, [&] { return gate_open_; });
+  }
   std::vector<int32_t> poison_;
   bool pipelined_;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_changed_;
+  bool gate_entered_ = false;  // guarded by gate_mutex_
+  bool gate_open_ = false;     // guarded by gate_mutex_
 };
 
 struct IsolationRun {
@@ -545,8 +569,9 @@ struct IsolationRun {
 };
 
 // Submits `requests` requests (token i holds value 1000 + i) to one instance of a
-// PoisonedExecutor that batches up to 8, waiting up to 200 ms for a full batch, so batches of 8
-// form; collects every answer.
+// PoisonedExecutor that batches up to 8, behind a first request (token `requests`, value
+// 1000 + requests) that holds the instance at its gate until the others are queued, so that they
+// form full batches of 8; collects every answer.
 IsolationRun run_poisoned(int requests, std::vector<int32_t> poison, bool pipelined, bool preserve_ordering) {
   auto queue = std::make_shared<CompletionQueue>();
   auto owned = std::make_unique<PoisonedExecutor>(std::move(poison), pipelined);
@@ -554,16 +579,18 @@ IsolationRun run_poisoned(int requests, std::vector<int32_t> poison, bool pipeli
   std::vector<std::unique_ptr<Executor>> instances;
   instances.push_back(std::move(owned));
   SchedulerOptions o = options("poisoned", 8, /*dynamic=*/true);
-  o.batching.max_queue_delay_us = 200'000;
   o.batching.preserve_ordering = preserve_ordering;
   IsolationRun run;
   {
     Scheduler scheduler(o, std::move(instances), queue, test_pool());
+    EXPECT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(requests), 1000 + requests)).ok());
+    executor->wait_at_gate();
     for (int i = 0; i < requests; ++i) {
       EXPECT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), 1000 + i)).ok());
     }
+    executor->open_gate();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (run.done.size() < static_cast<size_t>(requests) && std::chrono::steady_clock::now() < deadline) {
+    while (run.done.size() < static_cast<size_t>(requests) + 1 && std::chrono::steady_clock::now() < deadline) {
       pollfd p{queue->fd(), POLLIN, 0};
       ::poll(&p, 1, 100);
       for (auto& c : queue->drain()) {
@@ -595,7 +622,7 @@ TEST(Scheduler, OnlyTheRequestThatFailsAloneFailsAndItsMessageIsItsOwn) {
     SCOPED_TRACE(pipelined ? "pipelined" : "plain");
     constexpr int kRequests = 16;
     IsolationRun run = run_poisoned(kRequests, {1005}, pipelined, /*preserve_ordering=*/true);
-    ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
+    ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests) + 1);
     EXPECT_FALSE(run.out_of_order);
     for (auto& [token, c] : run.done) {
       if (token == 5) {
@@ -606,22 +633,24 @@ TEST(Scheduler, OnlyTheRequestThatFailsAloneFailsAndItsMessageIsItsOwn) {
       ASSERT_TRUE(c.status.ok()) << token << ": " << c.status.message;
       EXPECT_EQ(*reinterpret_cast<const int32_t*>(c.outputs.at(0).data), 2 * (1000 + static_cast<int32_t>(token)));
     }
-    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(run.order.at(static_cast<size_t>(i)), static_cast<uint64_t>(i));
-    // Two batches of 8; the poisoned one is bisected: 8 -> 4 + 4 -> 2 + 2 -> 1 + 1, six re-runs
-    // (a pipelined instance may execute the second batch, already staged, before them).
+    EXPECT_EQ(run.order.at(0), static_cast<uint64_t>(kRequests));  // the first request, at the gate
+    for (int i = 0; i < kRequests; ++i) EXPECT_EQ(run.order.at(static_cast<size_t>(i) + 1), static_cast<uint64_t>(i));
+    // The first request alone, then two batches of 8; the poisoned one is bisected:
+    // 8 -> 4 + 4 -> 2 + 2 -> 1 + 1, six re-runs (a pipelined instance may execute the second
+    // batch, already staged, before them).
     std::sort(run.executions.begin(), run.executions.end());
-    EXPECT_EQ(run.executions, (std::vector<int64_t>{1, 1, 2, 2, 4, 4, 8, 8}));
-    EXPECT_EQ(run.stats.success.count, static_cast<uint64_t>(kRequests - 1));
+    EXPECT_EQ(run.executions, (std::vector<int64_t>{1, 1, 1, 2, 2, 4, 4, 8, 8}));
+    EXPECT_EQ(run.stats.success.count, static_cast<uint64_t>(kRequests));
     EXPECT_EQ(run.stats.fail.count, 1u);
-    EXPECT_EQ(run.stats.inference_count, static_cast<uint64_t>(kRequests - 1));
-    EXPECT_EQ(run.stats.execution_count, 4u);  // the successful ones: the other full batch, 4, 2 and 1
+    EXPECT_EQ(run.stats.inference_count, static_cast<uint64_t>(kRequests));
+    EXPECT_EQ(run.stats.execution_count, 5u);  // the successful ones: the first, the other 8, 4, 2 and 1
   }
 }
 
 TEST(Scheduler, TwoCulpritsInOneBatchEachFailAlone) {
   constexpr int kRequests = 8;
   IsolationRun run = run_poisoned(kRequests, {1001, 1006}, /*pipelined=*/false, /*preserve_ordering=*/false);
-  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
+  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests) + 1);
   for (auto& [token, c] : run.done) {
     if (token == 1 || token == 6) {
       EXPECT_EQ(c.status.message, "poisoned batch: value=" + std::to_string(1000 + token));
@@ -629,7 +658,8 @@ TEST(Scheduler, TwoCulpritsInOneBatchEachFailAlone) {
       EXPECT_TRUE(c.status.ok()) << token << ": " << c.status.message;
     }
   }
-  EXPECT_LE(run.executions.size(), 1u + 12u);  // the bound for 8: min(2*8-2, 4*3)
+  // The first request, the batch of 8 and its re-runs: 8 -> 4 + 4 -> (2 + 2) twice -> 1 + 1 twice.
+  EXPECT_EQ(run.executions.size(), 2u + 10u);  // within the bound for 8: min(2*8-2, 4*3) = 12
 }
 
 TEST(Scheduler, AnExecutorThatFailsEveryBatchCostsBoundedReRunsAndLeaksNothing) {
@@ -637,9 +667,11 @@ TEST(Scheduler, AnExecutorThatFailsEveryBatchCostsBoundedReRunsAndLeaksNothing) 
   std::vector<int32_t> everything;
   for (int i = 0; i < kRequests; ++i) everything.push_back(1000 + i);
   IsolationRun run = run_poisoned(kRequests, everything, /*pipelined=*/false, /*preserve_ordering=*/false);
-  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests));
-  // One batch of 8 and at most min(2*8-2, 4*ceil(log2 8)) = 12 re-runs.
-  EXPECT_EQ(run.executions.size(), 1u + 12u);
+  ASSERT_EQ(run.done.size(), static_cast<size_t>(kRequests) + 1);
+  // The first request, one batch of 8 and at most min(2*8-2, 4*ceil(log2 8)) = 12 re-runs.
+  EXPECT_EQ(run.executions.size(), 2u + 12u);
+  EXPECT_TRUE(run.done.at(static_cast<uint64_t>(kRequests)).status.ok());  // the first request: not poisoned
+  run.done.erase(static_cast<uint64_t>(kRequests));
   size_t alone = 0;
   for (auto& [token, c] : run.done) {
     EXPECT_EQ(c.status.code, StatusCode::kInternal);
@@ -648,7 +680,7 @@ TEST(Scheduler, AnExecutorThatFailsEveryBatchCostsBoundedReRunsAndLeaksNothing) 
   }
   EXPECT_EQ(alone, 6u);  // 12 re-runs reach six requests alone; the last pair gets the generic message
   EXPECT_EQ(run.stats.fail.count, static_cast<uint64_t>(kRequests));
-  EXPECT_EQ(run.stats.execution_count, 0u);
+  EXPECT_EQ(run.stats.execution_count, 1u);  // the first request's
 }
 
 }  // namespace
