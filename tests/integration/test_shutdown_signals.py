@@ -205,10 +205,10 @@ def test_a_stop_held_by_a_run_in_progress_ends_at_the_margin(tmp_path: Path) -> 
     log_path = tmp_path / "server.log"
     exit_timeout_s = 0.5
     with starting_server(
-        repository, log_path, "--exit-timeout-secs", str(exit_timeout_s)
+        repository, log_path, "--exit-timeout-secs", str(exit_timeout_s), "--log-level", "debug"
     ) as process:
-        wait_for(log_path, "native ONNX Runtime executor")  # its session is being made
-        time.sleep(2.0)  # into the first run
+        wait_for(log_path, "warm-up run")  # the first run has started
+        time.sleep(0.5)
         process.send_signal(signal.SIGTERM)
         took, code = exit_time(process, exit_timeout_s + EXIT_MARGIN_S + SLACK_S)
     print(f"exit {took:.2f} s after SIGTERM during a long warm-up run (code {code})")

@@ -10,11 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
 from inferd.batching import Executor
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import Cancelled, ModelLoadError
+
+log = structlog.get_logger(__name__)
 
 WARMUP_FOLDER = "warmup"  # input_data_file names a file in <model>/warmup/, as in Triton
 
@@ -182,7 +185,7 @@ def warm_up(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for executor in executors:
         for sample in samples:
-            for _ in range(sample.count):
+            for run in range(sample.count):
                 if abandon is not None and abandon.is_set():
                     raise Cancelled(f"model {model!r}: the load was abandoned during warm-up")
                 if deadline is not None and time.monotonic() > deadline:
@@ -190,6 +193,8 @@ def warm_up(
                         f"model {model!r} warm-up took longer than the server's limit of "
                         f"{timeout_s:g} s (--warmup-timeout-secs)"
                     )
+                # At debug level: which run a slow start is in.
+                log.debug("warm-up run", model=model, sample=sample.name, run=run + 1)
                 try:
                     executor.execute(list(sample.inputs))
                 except Exception as e:  # the executor's own errors too: a failed load, no crash
