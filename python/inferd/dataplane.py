@@ -79,9 +79,10 @@ class DataPlane:
             models = [self._registry.get(name, str(v)) for v in self._registry.ready_versions(name)]
         return [(m, m.scheduler.statistics()) for m in models]
 
-    def all_ready(self) -> bool:
-        """Whether every model that should be serving is (strict readiness)."""
-        return self._registry.all_ready()
+    def server_ready(self) -> bool:
+        """Whether the models make the server ready (``ReadinessRules``: strict readiness,
+        optional models, no model serving)."""
+        return self._registry.server_ready()
 
     def ready(self, name: str, version: str) -> bool:
         """Whether the version asked for (default: the highest) is ready to answer."""

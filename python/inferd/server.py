@@ -27,7 +27,7 @@ from inferd.batching import CompletionDispatcher, HostBufferPool, cuda_runtime_d
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
-from inferd.models import ModelRegistry
+from inferd.models import ModelRegistry, ReadinessRules
 from inferd.models.builder import LoadLimits
 from inferd.models.control import ControlMode, ModelControl
 from inferd.models.warmup import WarmupLimits
@@ -92,7 +92,7 @@ class InferenceServer:
             port=self.port,
             metrics_port=self.metrics_port,
             tracing=self.telemetry.tracer is not None,
-            ready=self.registry.all_ready(),
+            ready=self.registry.server_ready(),
             models=len(self.registry.loaded()),
         )
 
@@ -215,6 +215,7 @@ async def create_server(
         onnxruntime_options=_ort_defaults(settings),
         limits=_load_limits(settings),
         abandon=stopping,
+        readiness=ReadinessRules(settings.strict_readiness, settings.ready_without_models),
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.

@@ -119,6 +119,22 @@ class ServerSettings:
         default="",
         metadata=_help("Comma-separated models to load at start in explicit mode ('*' = all)."),
     )
+    strict_readiness: bool = field(
+        default=True,
+        metadata=_help(
+            "ServerReady (and health '' and inference.GRPCInferenceService) only while every "
+            "model that should serve does, as Triton; a model whose config sets parameter "
+            "inferd.readiness to optional never holds it back. false: ready once the server "
+            "accepts calls, whatever its models' states."
+        ),
+    )
+    ready_without_models: bool = field(
+        default=False,
+        metadata=_help(
+            "Ready even when no model serves (an empty repository, explicit mode before a load); "
+            "otherwise such a server is not ready, so a fleet sends it no traffic."
+        ),
+    )
     repository_poll_secs: float = field(
         default=15.0, metadata=_help("Poll mode: seconds between scans of the repository.")
     )

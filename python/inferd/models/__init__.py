@@ -2,7 +2,7 @@
 
 from inferd.models.builder import ModelVersionBuilder
 from inferd.models.loaded import LoadedModel, TensorSpec
-from inferd.models.registry import ModelRegistry, ModelState, ModelStatus
+from inferd.models.registry import ModelRegistry, ModelState, ModelStatus, ReadinessRules
 
 __all__ = [
     "LoadedModel",
@@ -10,5 +10,6 @@ __all__ = [
     "ModelState",
     "ModelStatus",
     "ModelVersionBuilder",
+    "ReadinessRules",
     "TensorSpec",
 ]

@@ -22,7 +22,7 @@ from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models.builder import LoadLimits, ModelVersionBuilder
 from inferd.models.loaded import LoadedModel
-from inferd.repository import ModelRepository
+from inferd.repository import ModelRepository, readiness_required, stated_readiness_required
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +42,21 @@ class ModelStatus:
     version: str  # "" when the failure came before any version was known
     state: ModelState
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReadinessRules:
+    """When the models make the server ready (ServerReady; health ``""`` and
+    ``inference.GRPCInferenceService``), the server also accepting calls.
+
+    ``strict`` (Triton's ``--strict-readiness``): every model that should serve and is required
+    serves; a model whose config sets ``inferd.readiness`` to ``optional`` never holds it back.
+    Otherwise the models' states do not matter. Either way a server with no model serving is not
+    ready unless ``without_models``: a fleet replica with nothing to serve must get no traffic.
+    """
+
+    strict: bool = True
+    without_models: bool = False
 
 
 def _log_freed(model: LoadedModel) -> None:
@@ -75,8 +90,10 @@ class ModelRegistry:
         engine_cache_dir: Path | None = None,
         limits: LoadLimits | None = None,
         abandon: threading.Event | None = None,
+        readiness: ReadinessRules | None = None,
     ) -> None:
         self._repository = repository
+        self._readiness = readiness or ReadinessRules()
         self._builder = ModelVersionBuilder(
             repository,
             dispatcher,
@@ -93,6 +110,7 @@ class ModelRegistry:
         self._models: dict[str, dict[int, LoadedModel]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
+        self._optional: set[str] = set()  # of those, the ones that never hold readiness back
         self._locks: dict[str, asyncio.Lock] = {}
         # What other threads (the metrics endpoint) may read: replaced whole, never mutated.
         self._published: tuple[LoadedModel, ...] = ()
@@ -129,13 +147,17 @@ class ModelRegistry:
                 break  # stopping: what is left is not loaded
             self._wanted.add(name)
             try:
-                self._install(name, self._builder.build(name, None, self._abandon))
+                built = self._builder.build(name, None, self._abandon)
             except Cancelled:
                 break
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._load_failed(name)
+                self._mark_required(name, self._stated_required(name))
                 self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
+                continue
+            self._mark_required(name, _required(built))
+            self._install(name, built)
         self._changed()
 
     async def load(self, name: str, override: ModelConfig | None = None) -> None:
@@ -175,6 +197,7 @@ class ModelRegistry:
                 self._restore(name, was_wanted, before)
                 raise
             self._wanted.add(name)
+            self._mark_required(name, _required(built))
             old = self._install(name, built)
             for model in old:
                 await model.scheduler.close()  # drains: its queued requests are still answered
@@ -220,6 +243,20 @@ class ModelRegistry:
             raise Unavailable(f"model {name!r}: not loaded, the server is shutting down")
         return built
 
+    def _mark_required(self, name: str, required: bool) -> None:
+        if required:
+            self._optional.discard(name)
+        else:
+            self._optional.add(name)
+
+    def _stated_required(self, name: str) -> bool:
+        """Whether a model that failed to load holds readiness, from its config as written."""
+        try:
+            config_path = self._repository.config_path(name)
+        except InferdError:
+            return True  # an unknown or unsafe name given to --load-model: the safe side
+        return stated_readiness_required(config_path)
+
     def _restore(
         self, name: str, was_wanted: bool, before: dict[tuple[str, str], ModelStatus]
     ) -> None:
@@ -248,6 +285,7 @@ class ModelRegistry:
             if not versions and not any(k[0] == name for k in self._statuses):
                 raise NotFound(f"model {name!r} is not loaded")
             self._wanted.discard(name)
+            self._optional.discard(name)
             for version in versions:
                 self._statuses[(name, str(version))] = ModelStatus(
                     name, str(version), ModelState.UNLOADING
@@ -333,8 +371,14 @@ class ModelRegistry:
         return sorted([*self._statuses.values(), *never], key=lambda s: (s.name, s.version))
 
     def all_ready(self) -> bool:
-        """True when every model that should be serving is (strict readiness)."""
-        return all(name in self._models for name in self._wanted)
+        """True when every required model that should be serving is (strict readiness)."""
+        return all(name in self._models for name in self._wanted - self._optional)
+
+    def server_ready(self) -> bool:
+        """Whether the models make the server ready, by the readiness rules."""
+        if self._readiness.strict and not self.all_ready():
+            return False
+        return self._readiness.without_models or bool(self.ready_models())
 
     async def close(self) -> None:
         """Drains and frees every loaded version."""
@@ -345,6 +389,11 @@ class ModelRegistry:
             )
         self._models.clear()
         self._changed()
+
+
+def _required(built: dict[int, LoadedModel]) -> bool:
+    """Whether a model just built holds readiness (every version shares the model's config)."""
+    return readiness_required(next(iter(built.values())).config)
 
 
 def version_number(text: str) -> int | None:

@@ -6,7 +6,9 @@ from inferd.repository.config import (
     load_model_config,
     model_filename,
     parse_config_json,
+    readiness_required,
     stated_config,
+    stated_readiness_required,
 )
 from inferd.repository.instances import (
     GpuAccelerator,
@@ -27,5 +29,7 @@ __all__ = [
     "load_model_config",
     "model_filename",
     "parse_config_json",
+    "readiness_required",
     "stated_config",
+    "stated_readiness_required",
 ]

@@ -31,6 +31,9 @@ ONNX_FILE = "model.onnx"
 PLAN_FILE = "model.plan"
 # Config parameter: "tensorrt" builds an ONNX model into a TensorRT engine for KIND_GPU instances.
 EXECUTOR = "inferd.executor"
+# Config parameter: "required" (default) or "optional"; an optional model never holds the server's
+# readiness back (--strict-readiness), so a fleet replica serves while it is loading or failed.
+READINESS = "inferd.readiness"
 RUNNABLE = (
     f"inferd runs ONNX models (platform {ONNX_PLATFORM!r}, backend {ONNX_BACKEND!r}) and "
     f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r})"
@@ -144,7 +147,31 @@ def load_model_config(
         raise ModelLoadError(
             f"model {name!r}: parameter {EXECUTOR} is {executor!r} (onnxruntime or tensorrt)"
         )
+    readiness_required(config)  # a value other than required or optional fails the load
     return config
+
+
+def readiness_required(config: ModelConfig) -> bool:
+    """Whether the model holds the server's readiness: parameter inferd.readiness "required"
+    (the default) or "optional"; ModelLoadError for any other value."""
+    value = config.parameters[READINESS].string_value if READINESS in config.parameters else ""
+    if value not in ("", "required", "optional"):
+        raise ModelLoadError(
+            f"model {config.name!r}: parameter {READINESS} is {value!r} (required or optional)"
+        )
+    return value != "optional"
+
+
+def stated_readiness_required(config_path: Path | None) -> bool:
+    """``readiness_required`` for a model whose load failed, from its config.pbtxt as written;
+    a config that cannot be read, or has no valid value, holds readiness (the safe side)."""
+    if config_path is None:
+        return True
+    try:
+        config = parse_config_text(config_path.read_text(encoding="utf-8"), str(config_path))
+        return readiness_required(config)
+    except (OSError, UnicodeDecodeError, ModelLoadError):
+        return True
 
 
 def _check_stated_io(config: ModelConfig) -> None:

@@ -275,7 +275,7 @@ class ServingPublisher:
                 )
         self._server.publish(
             live=self._state.live,
-            ready=self._state.accepting and self._dataplane.all_ready(),
+            ready=self._state.accepting and self._dataplane.server_ready(),
             accepting=self._state.accepting,
             # Python sees every inference while it logs each, or traces by a rule the core lacks.
             forward_inference=self._telemetry.log_control.verbose > 0

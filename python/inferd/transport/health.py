@@ -1,10 +1,11 @@
 """``grpc.health.v1`` statuses that follow the server and its models.
 
-``""`` and ``inference.GRPCInferenceService`` are SERVING while the server accepts calls and every
-model that must load has loaded (ServerReady's meaning); ``inference.GRPCInferenceService/<model>``
-is SERVING while the model has a ready version. Statuses are recomputed from the data plane after
-each change, one update at a time, so ``Watch`` sees the transitions in order. Health never touches
-the executors: it reads the models' states only.
+``""`` and ``inference.GRPCInferenceService`` are SERVING while the server accepts calls and its
+models make it ready (ServerReady's meaning: ``inferd.models.registry.ReadinessRules``);
+``inference.GRPCInferenceService/<model>`` is SERVING while the model has a ready version.
+Statuses are recomputed from the data plane after each change, one update at a time, so ``Watch``
+sees the transitions in order. Health never touches the executors: it reads the models' states
+only.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class HealthReporter:
         self._changed.set()
 
     async def update(self) -> None:
-        ready = self._state.accepting and self._dataplane.all_ready()
+        ready = self._state.accepting and self._dataplane.server_ready()
         wanted = {"": ready, self._service_name: ready}
         for name, model_ready in self._dataplane.model_readiness().items():
             wanted[f"{self._service_name}/{name}"] = self._state.accepting and model_ready

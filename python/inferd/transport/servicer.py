@@ -55,7 +55,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         return pb.ServerLiveResponse(live=self._state.live)
 
     async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        ready = self._state.accepting and self._dataplane.all_ready()
+        ready = self._state.accepting and self._dataplane.server_ready()
         return pb.ServerReadyResponse(ready=ready)
 
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
