@@ -22,6 +22,12 @@ CALL_TIMEOUT_S = 30.0
 SERVICE = "inference.GRPCInferenceService"
 OPTIONAL = 'parameters { key: "inferd.readiness" value: { string_value: "optional" } }\n'
 
+# The warning a server that starts with nothing to serve logs, so the operator knows why.
+NO_MODEL_SERVES = (
+    "no model serves: the server is not ready until one loads "
+    "(--ready-without-models counts it ready)"
+)
+
 Readiness = tuple[bool, bool, bool, dict[str, str]]
 
 
@@ -112,10 +118,12 @@ def test_an_empty_repository_is_ready_only_with_ready_without_models(
     flag = f"--strict-readiness={strict}"
     with running_server(tmp_path / "models", [], workdir(tmp_path, "default"), flag) as server:
         assert readiness(server.url) == (False, False, False, {})
+        assert NO_MODEL_SERVES in [r.get("event") for r in server.records()]
     with running_server(
         tmp_path / "models", [], workdir(tmp_path, "allowed"), flag, "--ready-without-models"
     ) as allowed:
         assert readiness(allowed.url) == (True, True, True, {})
+        assert NO_MODEL_SERVES not in [r.get("event") for r in allowed.records()]
 
 
 @pytest.mark.timeout(60)

@@ -159,6 +159,11 @@ class ModelRegistry:
             self._mark_required(name, _required(built))
             self._install(name, built)
         self._changed()
+        if not self._readiness.without_models and not self.ready_models():
+            log.warning(
+                "no model serves: the server is not ready until one loads "
+                "(--ready-without-models counts it ready)"
+            )
 
     async def load(self, name: str, override: ModelConfig | None = None) -> None:
         """Loads or reloads ``name`` (``override``: a ModelConfig replacing config.pbtxt). If the
