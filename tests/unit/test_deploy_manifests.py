@@ -1,0 +1,439 @@
+"""deploy/ without a cluster or a Docker engine: every Kubernetes manifest against the Kubernetes
+API's schemas (kubernetes-validate's offline copies, strict: an unknown field fails), the custom
+resources (KServe, Prometheus operator) against the schemas in deploy/schemas, yamllint, the
+references between the manifests (Services to pods, the autoscaler to the adapter's rule to a
+metric inferd writes, the collector to the endpoint inferd is given), and every `inferd` command
+line that the Dockerfiles and the manifests run against inferd's own parser."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.metadata
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+from inferd import cli
+from inferd.observability.tracing import tracing_requested
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+COLLECTOR = DEPLOY / "otel-collector.yaml"
+DOCKERFILES = (DEPLOY / "Dockerfile", DEPLOY / "Dockerfile.gpu")
+# The oldest Kubernetes the manifests are written for (native sidecar containers: 1.29) and the
+# newest kubernetes-validate knows.
+KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
+CUSTOM_SCHEMAS = {
+    ("serving.kserve.io/v1alpha1", "ServingRuntime"): "servingruntime.json",
+    ("serving.kserve.io/v1beta1", "InferenceService"): "inferenceservice.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor.json",
+}
+# A Pod spec's fields that a ServingRuntime's spec carries over (checked as a Pod's).
+SERVING_RUNTIME_POD_FIELDS = ("containers", "volumes")
+IMAGE_PREFIX = "inferd:"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def all_documents() -> Iterator[tuple[Path, dict[str, Any]]]:
+    for path in MANIFESTS:
+        for doc in documents(path):
+            yield path, doc
+
+
+def manifest_problems(doc: dict[str, Any]) -> list[str]:
+    """Why ``doc`` is not a valid resource: one line per problem, none when it is."""
+    key = (doc.get("apiVersion"), doc.get("kind"))
+    if key in CUSTOM_SCHEMAS:
+        schema = json.loads((DEPLOY / "schemas" / CUSTOM_SCHEMAS[key]).read_text())
+        validator = jsonschema.Draft202012Validator(schema)
+        problems = [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(doc)
+        ]
+        if doc["kind"] == "ServingRuntime" and not problems:
+            pod_spec = {f: doc["spec"][f] for f in SERVING_RUNTIME_POD_FIELDS if f in doc["spec"]}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": pod_spec}
+            problems += manifest_problems(pod)
+        return problems
+    problems = []
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = "/".join(map(str, e.absolute_path))
+            problems.append(f"Kubernetes {version}: {path}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            problems.append(f"Kubernetes {version}: {e.message}")
+    return problems
+
+
+def test_deploy_has_the_manifests() -> None:
+    names = {p.name for p in MANIFESTS}
+    assert {"sidecar.yaml", "fleet.yaml", "kserve.yaml", "prometheus-adapter.yaml"} <= names
+    assert not (DEPLOY / "kubernetes.yaml").exists()
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_manifest_validates(path: Path) -> None:
+    for doc in documents(path):
+        assert manifest_problems(doc) == [], f"{path.name}: {doc['kind']} {doc['metadata']['name']}"
+
+
+def _resource(path: str, kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in documents(DEPLOY / "kubernetes" / path) if d["kind"] == kind]
+    return copy.deepcopy(doc)
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "where", "field", "misspelt"),
+    [
+        (
+            "fleet.yaml",
+            "Deployment",
+            ("spec", "template", "spec", "containers", 0),
+            "readinessProbe",
+            "readinesProbe",
+        ),
+        (
+            "sidecar.yaml",
+            "Deployment",
+            ("spec", "template", "spec"),
+            "terminationGracePeriodSeconds",
+            "terminationGracePeriod",
+        ),
+        ("fleet.yaml", "HorizontalPodAutoscaler", ("spec",), "minReplicas", "minReplica"),
+        ("kserve.yaml", "ServingRuntime", ("spec",), "multiModel", "multiModal"),
+        (
+            "kserve.yaml",
+            "ServingRuntime",
+            ("spec", "containers", 0),
+            "readinessProbe",
+            "readinesProbe",
+        ),
+        (
+            "kserve.yaml",
+            "InferenceService",
+            ("spec", "predictor", "model"),
+            "storageUri",
+            "storageURI",
+        ),
+        ("fleet.yaml", "ServiceMonitor", ("spec", "endpoints", 0), "interval", "intervall"),
+    ],
+)
+def test_a_misspelt_field_fails_validation(
+    path: str, kind: str, where: tuple[str | int, ...], field: str, misspelt: str
+) -> None:
+    doc = _resource(path, kind)
+    assert manifest_problems(doc) == []
+    node: Any = doc
+    for step in where:
+        node = node[step]
+    node[misspelt] = node.pop(field)
+    assert manifest_problems(doc), f"{kind}: {misspelt} passed"
+
+
+def test_a_wrong_value_fails_validation() -> None:
+    doc = _resource("kserve.yaml", "ServingRuntime")
+    doc["spec"]["protocolVersions"] = ["grpc-v3"]
+    assert manifest_problems(doc)
+    doc = _resource("fleet.yaml", "Deployment")
+    doc["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "8001"
+    assert manifest_problems(doc)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*MANIFESTS, COLLECTOR, ROOT / ".yamllint"],
+    ids=lambda p: p.name,
+)
+def test_yamllint_clean(path: Path) -> None:
+    config = YamlLintConfig(file=str(ROOT / ".yamllint"))
+    problems = list(linter.run(path.read_text(), config, str(path)))
+    assert [f"{path.name}:{p.line}:{p.column}: {p.message}" for p in problems] == []
+
+
+@pytest.mark.parametrize(
+    "text", ["---\nenabled: yes\n", "---\na: 1\na: 2\n", "---\na:\n    - 1\n  b: 2\n"]
+)
+def test_yamllint_config_refuses(text: str) -> None:
+    config = YamlLintConfig(file=str(ROOT / ".yamllint"))
+    assert list(linter.run(text, config))
+
+
+# --- inferd's command lines ----------------------------------------------------------------------
+
+
+def _help(command: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit:
+        cli.main([command, "--help"])
+    assert exit.value.code == 0, f"inferd {command} --help"
+    return out.getvalue()
+
+
+def _flags(help_text: str) -> set[str]:
+    """The long options a --help lists (each starts its line, indented)."""
+    return set(re.findall(r"^\s{2,}(?:-\w, )?(--[a-z][a-z0-9-]*)", help_text, re.M))
+
+
+def check_inferd_command(argv: list[str]) -> None:
+    """``argv`` (``inferd COMMAND ...``) names a real command and flags whose values it accepts."""
+    assert argv[0] == "inferd", argv
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="inferd")
+    assert script.value == "inferd.cli:main"  # the `inferd` the images' PATH has
+    command, args = argv[1], argv[2:]
+    known = _flags(_help(command))
+    used = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    assert used <= known, f"inferd {command}: unknown {sorted(used - known)}"
+    # Values: the parser converts (and checks) each value as it meets it, so with --help last it
+    # refuses a bad one (exit 2) and otherwise only prints the help (exit 0): nothing runs.
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()) as err,
+        pytest.raises(SystemExit) as exit,
+    ):
+        cli.main([command, *args, "--help"])
+    assert exit.value.code == 0, f"inferd {command} {args}: {err.getvalue()}"
+
+
+def dockerfile_instructions(path: Path) -> dict[str, list[str]]:
+    """Instruction -> its arguments (the last of each, as Docker uses it), lines joined."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    instructions: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            keyword, _, rest = line.strip().partition(" ")
+            instructions.setdefault(keyword.upper(), []).append(rest.strip())
+    return instructions
+
+
+def _exec_form(text: str) -> list[str]:
+    argv = json.loads(text)
+    assert isinstance(argv, list) and all(isinstance(a, str) for a in argv), text
+    return argv
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_commands_are_inferds(path: Path) -> None:
+    instructions = dockerfile_instructions(path)
+    entrypoint = _exec_form(instructions["ENTRYPOINT"][-1])
+    cmd = _exec_form(instructions["CMD"][-1])
+    assert entrypoint == ["inferd", "serve"]
+    check_inferd_command(entrypoint + cmd)
+
+    (healthcheck,) = instructions["HEALTHCHECK"]
+    options, _, command = healthcheck.partition("CMD ")
+    assert re.search(r"--start-period=\d+s", options)
+    probe = _exec_form(command)
+    assert probe[:2] == ["inferd", "health"]
+    check_inferd_command(probe)
+
+    # The health check asks the port the server listens on; both ports are exposed.
+    grpc_port = cmd[cmd.index("--grpc-port") + 1]
+    metrics_port = cmd[cmd.index("--metrics-port") + 1]
+    assert probe[probe.index("--address") + 1] == f"127.0.0.1:{grpc_port}"
+    assert set(instructions["EXPOSE"][-1].split()) == {grpc_port, metrics_port}
+    user = instructions["USER"][-1]
+    assert user.split(":")[0] not in ("root", "0")
+    assert len(instructions["FROM"]) >= 2, "a builder stage and a run stage"
+    # The build and install steps are deploy/install.sh's, the script CI runs.
+    runs = " ".join(instructions["RUN"])
+    assert re.search(r"\bsh deploy/install\.sh wheel /wheels\b", runs)
+    assert re.search(r"\bsh /install\.sh install \"\$\(ls /wheels/inferd-\*\.whl\)\"", runs)
+    assert "source=deploy/install.sh" in runs
+
+
+def test_dockerfile_checker_refuses_a_wrong_flag() -> None:
+    with pytest.raises(AssertionError, match="unknown"):
+        check_inferd_command(["inferd", "health", "--unix-socket", "/sock/inferd.sock"])
+    with pytest.raises(AssertionError):
+        check_inferd_command(["inferd", "serve", "--grpc-port", "eighty"])
+
+
+def _containers(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if doc["kind"] not in ("Deployment", "ServingRuntime"):
+        return
+    spec = doc["spec"]
+    pod = spec["template"]["spec"] if doc["kind"] == "Deployment" else spec
+    yield from pod.get("initContainers", [])
+    yield from pod["containers"]
+
+
+def _inferd_commands(container: dict[str, Any]) -> Iterator[list[str]]:
+    if not container["image"].startswith(IMAGE_PREFIX):
+        return
+    yield container.get("command", ["inferd", "serve"]) + container.get("args", [])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = container.get(probe, {}).get("exec", {}).get("command", [])
+        if command[:1] == ["inferd"]:
+            yield command
+
+
+def test_manifest_commands_are_inferds() -> None:
+    commands = [
+        argv
+        for _, doc in all_documents()
+        for container in _containers(doc)
+        for argv in _inferd_commands(container)
+    ]
+    # make-examples and serve in sidecar.yaml and fleet.yaml, health twice in the sidecar, and
+    # serve in kserve.yaml.
+    assert len(commands) == 7
+    for argv in commands:
+        check_inferd_command(argv)
+
+
+# --- references between the manifests ---------------------------------------------------------
+
+
+def _arg(args: list[str], flag: str) -> str:
+    for i, a in enumerate(args):
+        if a == flag:
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    raise AssertionError(f"no {flag} in {args}")
+
+
+def _inferd_container(doc: dict[str, Any]) -> dict[str, Any]:
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = [
+        c for c in pod.get("initContainers", []) + pod["containers"] if c["name"] == "inferd"
+    ]
+    return container
+
+
+@pytest.mark.parametrize("path", ["sidecar.yaml", "fleet.yaml"])
+def test_grace_period_covers_the_drain(path: str) -> None:
+    deployment = _resource(path, "Deployment")
+    container = _inferd_container(deployment)
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    exit_timeout = float(_arg(container["args"], "--exit-timeout-secs"))
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > float(pre_stop[1]) + exit_timeout + cli.EXIT_MARGIN_S
+
+
+def test_sidecar_socket_is_shared_by_group() -> None:
+    deployment = _resource("sidecar.yaml", "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    inferd = _inferd_container(deployment)
+    args = inferd["args"]
+    assert int(_arg(args, "--grpc-port")) < 0  # no TCP listener
+    socket = Path(_arg(args, "--grpc-unix-socket"))
+    assert _arg(args, "--grpc-unix-socket-mode") == "0660"
+    assert int(_arg(args, "--grpc-unix-socket-group")) == pod["securityContext"]["fsGroup"]
+    (app,) = pod["containers"]
+    assert app["securityContext"]["runAsUser"] != inferd["securityContext"]["runAsUser"]
+    for container in (inferd, app):
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts[str(socket.parent)] == "sock"
+    for probe in ("startupProbe", "readinessProbe"):
+        command = inferd[probe]["exec"]["command"]
+        assert _arg(command, "--address") == f"unix:{socket}"
+    assert inferd["restartPolicy"] == "Always"  # a native sidecar: started before the app
+
+
+def test_restricted_security_context() -> None:
+    for path in ("sidecar.yaml", "fleet.yaml"):
+        pod = _resource(path, "Deployment")["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"]["drop"] == ["ALL"]
+            assert container["resources"]["requests"] and container["resources"]["limits"]
+
+
+def test_fleet_services_autoscaler_and_monitor_point_at_the_pods() -> None:
+    docs = documents(DEPLOY / "kubernetes" / "fleet.yaml")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    port_names = {p["name"] for p in _inferd_container(deployment)["ports"]}
+    services = [d for d in docs if d["kind"] == "Service"]
+    assert sorted(s["spec"].get("clusterIP", "") for s in services) == ["", "None"]
+    for service in services:
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= port_names
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (hpa,) = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    # Scraped once: only one Service the monitor selects has the port it scrapes.
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    scraped = [
+        s
+        for s in services
+        if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+        and endpoint["port"] in {p["name"] for p in s["spec"]["ports"]}
+    ]
+    assert len(scraped) == 1
+    metrics_port = int(_arg(_inferd_container(deployment)["args"], "--metrics-port"))
+    (port,) = [p for p in scraped[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert port["port"] == metrics_port
+
+
+def test_autoscaler_metric_comes_from_inferds_queue_gauge() -> None:
+    (hpa,) = [
+        d
+        for d in documents(DEPLOY / "kubernetes" / "fleet.yaml")
+        if d["kind"] == "HorizontalPodAutoscaler"
+    ]
+    (metric,) = hpa["spec"]["metrics"]
+    (config_map,) = documents(DEPLOY / "kubernetes" / "prometheus-adapter.yaml")
+    (rule,) = yaml.safe_load(config_map["data"]["config.yaml"])["rules"]
+    assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
+    series_name = re.match(r"[a-z_]+", rule["seriesQuery"].strip("'\""))
+    assert series_name is not None, rule["seriesQuery"]
+    series = series_name.group()
+    assert re.fullmatch(rule["name"]["matches"], series)
+    metrics_source = (ROOT / "python/inferd/observability/metrics.py").read_text()
+    assert f'"{series}"' in metrics_source, f"inferd writes no {series}"
+
+
+def test_collector_receives_what_inferd_is_pointed_at() -> None:
+    (collector,) = documents(COLLECTOR)
+    pipelines = collector["service"]["pipelines"]
+    for pipeline in pipelines.values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline.get(kind, [])) <= set(collector[kind]), kind
+    receiver_port = collector["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].split(":")[-1]
+    container = _inferd_container(_resource("fleet.yaml", "Deployment"))
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    assert tracing_requested({}, env)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"].rsplit(":", 1)[1] == receiver_port
+    (job,) = collector["receivers"]["prometheus"]["config"]["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert "prometheus" in pipelines["metrics"]["receivers"]
+
+
+def test_kserve_runtime_speaks_inferds_grpc_port() -> None:
+    runtime = _resource("kserve.yaml", "ServingRuntime")
+    (container,) = runtime["spec"]["containers"]
+    (port,) = container["ports"]
+    assert port["name"] == "h2c"  # KServe and Knative speak HTTP/2 to it
+    assert port["containerPort"] == int(_arg(container["args"], "--grpc-port"))
+    assert runtime["spec"]["protocolVersions"] == ["grpc-v2"]
+    assert {f["name"] for f in runtime["spec"]["supportedModelFormats"]} == {"onnx", "tensorrt"}
+    service = _resource("kserve.yaml", "InferenceService")
+    model = service["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert model["protocolVersion"] in runtime["spec"]["protocolVersions"]
