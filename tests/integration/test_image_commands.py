@@ -97,3 +97,45 @@ def test_entrypoint_and_healthcheck_against_a_live_server(dockerfile: Path, tmp_
     assert code == 0, log_path.read_text()
     # Stopped: the health check now says unhealthy.
     assert _run(health, env).returncode == 1
+
+
+def test_sidecar_commands_against_a_live_server(tmp_path: Path) -> None:
+    """sidecar.yaml's inferd arguments (socket only) and its exec probe, with the paths moved
+    under tmp_path, the metrics port free and the socket's group this process's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
+    sidecar = yaml.safe_load_all((ROOT / "deploy/kubernetes/sidecar.yaml").read_text())
+    (deployment,) = [d for d in sidecar if d["kind"] == "Deployment"]
+    fetch, inferd = deployment["spec"]["template"]["spec"]["initContainers"]
+    socket_path = tmp_path / "sock" / "inferd.sock"
+    socket_path.parent.mkdir()
+
+    def moved(arg: str) -> str:
+        arg = arg.replace("/sock/inferd.sock", str(socket_path))
+        arg = re.sub(r"^/models$|(?<==)/models$", str(tmp_path / "models"), arg)
+        arg = re.sub(r"^(--grpc-unix-socket-group=)\d+$", rf"\g<1>{os.getgid()}", arg)
+        return re.sub(r"^(--metrics-port=)\d+$", rf"\g<1>{_free_port()}", arg)
+
+    made = _run([moved(a) for a in fetch["command"]], env)
+    assert made.returncode == 0, made
+    serve = [moved(a) for a in ["inferd", "serve", *inferd["args"]]]
+    probe = [moved(a) for a in inferd["readinessProbe"]["exec"]["command"]]
+    assert f"unix:{socket_path}" in probe
+
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [str(INFERD), *serve[1:]], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+        )
+    startup = inferd["startupProbe"]
+    try:
+        deadline = time.monotonic() + startup["periodSeconds"] * startup["failureThreshold"]
+        while (checked := _run(probe, env)).returncode != 0:
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, f"{checked}\n{log_path.read_text()}"
+            time.sleep(1)
+        status = socket_path.stat()
+        assert (status.st_mode & 0o777, status.st_gid) == (0o660, os.getgid())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30 + cli.EXIT_MARGIN_S + 10)
+    assert code == 0, log_path.read_text()
