@@ -1,6 +1,7 @@
-"""``inferd serve`` and ``inferd make-examples``.
+"""``inferd serve``, ``inferd health`` and ``inferd make-examples``.
 
-Flags and INFERD_* variables -> settings -> run.
+Flags and INFERD_* variables -> settings -> run. A start-up mistake (a bad flag value, a missing
+repository, a port in use) is one line on stderr and exit status 2, as argparse's own errors.
 """
 
 from __future__ import annotations
@@ -8,16 +9,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
 import threading
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from inferd import __version__
+from inferd.errors import InferdError
 from inferd.observability.logging import LogControl, configure_logging
 from inferd.observability.open_files import raise_open_file_limit
 from inferd.settings import ServerSettings, setting_fields
@@ -34,6 +39,52 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (true or false)")
 
 
+def _port(text: str) -> int:
+    """A listener's port: 0 picks a free one, -1 or ``off`` is no listener."""
+    if text.strip().lower() == "off":
+        return -1
+    try:
+        port = int(text)
+    except ValueError:
+        port = -2
+    if not -1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"not a port: {text!r} (0-65535; 0 picks a free one; -1 or off = none)"
+        )
+    return port
+
+
+def _octal_mode(text: str) -> str:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"not an octal file mode: {text!r} (e.g. 0660)")
+    return text
+
+
+# Settings whose flags take something other than their field's type says.
+_CONVERTERS: dict[str, Any] = {
+    "grpc_port": _port,
+    "metrics_port": _port,
+    "grpc_unix_socket_mode": _octal_mode,
+    "model_repository": Path,
+}
+
+
+class StartupError(Exception):
+    """A mistake in what the server was asked to do, found before or while it starts: reported
+    as one line (``inferd serve: error: ...``), exit status 2, no traceback."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (its usage would be dozens): ``--help`` has it."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 # A repeatable flag's INFERD_* variable holds its values separated by this.
 _REPEATED_SEPARATOR = ";"
 
@@ -48,6 +99,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                 type=_bool,
                 nargs="?",
                 const=True,
+                metavar="{true,false}",
                 default=_bool(os.environ.get(env, str(f.default))),
                 help=f"{f.metadata['help']} [env {env}; default {str(f.default).lower()}]",
             )
@@ -63,11 +115,14 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
             continue
         kind: Any = f.type if f.type in ("int", "float", "str") else "str"
         convert = {"int": int, "float": float, "str": str}.get(str(kind), str)
+        # argparse converts a default that is a string (an INFERD_* value) as it converts a flag.
         default = os.environ.get(env, f.default)
+        choices = f.metadata["choices"]
         parser.add_argument(
             flag,
-            type=Path if f.name == "model_repository" else convert,
+            type=_CONVERTERS.get(f.name, convert),
             default=default,
+            choices=choices or None,
             help=f"{f.metadata['help']} [env {env}; default {f.default}]",
         )
 
@@ -75,14 +130,34 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> ServerSettings:
     values = {f.name: getattr(args, f.name) for f in setting_fields()}
     values["model_repository"] = Path(values["model_repository"])
-    for f in setting_fields():  # environment values arrive as strings
-        if f.type == "int":
-            values[f.name] = int(values[f.name])
-        elif f.type == "float":
-            values[f.name] = float(values[f.name])
-        elif f.type == "tuple[str, ...]":
+    for f in setting_fields():
+        if f.type == "tuple[str, ...]":
             values[f.name] = tuple(values[f.name])
+        # argparse checks a flag's choices, not an INFERD_* default's.
+        choices: tuple[str, ...] = f.metadata["choices"]
+        if choices and values[f.name] not in choices:
+            env = "INFERD_" + f.name.upper()
+            raise StartupError(
+                f"{env}: invalid choice: {values[f.name]!r} (choose from {', '.join(choices)})"
+            )
     return ServerSettings(**values)
+
+
+def _check_startup(settings: ServerSettings) -> None:
+    """What can be checked before anything starts. Raises StartupError."""
+    if not settings.model_repository.is_dir():
+        raise StartupError(f"--model-repository {settings.model_repository}: no such directory")
+    if settings.grpc_port < 0 and not settings.grpc_unix_socket:
+        raise StartupError("--grpc-port off needs --grpc-unix-socket: there would be no listener")
+    try:
+        runtime = importlib.util.find_spec("onnxruntime")
+    except ValueError:  # imported before and removed
+        runtime = None
+    if runtime is None:
+        raise StartupError(
+            "ONNX Runtime is not installed: pip install onnxruntime (CPU), or see the README's "
+            "Install section for the GPU build"
+        )
 
 
 # SIGTERM ends the process within --exit-timeout-secs plus this, whatever still runs.
@@ -154,7 +229,10 @@ async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
     # server as soon as it is built, not after the loads finish.
     shutdown = _Shutdown(asyncio.get_running_loop(), settings.exit_timeout_secs)
     shutdown.install()
-    server = await create_server(settings, log_control=log_control, stopping=shutdown.abandon)
+    try:
+        server = await create_server(settings, log_control=log_control, stopping=shutdown.abandon)
+    except (OSError, ValueError, InferdError) as e:  # a port in use, an unreadable file, ...
+        raise StartupError(str(e)) from None
     try:
         if not shutdown.requested.is_set():
             await server.start()
@@ -163,11 +241,109 @@ async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
         await server.stop()
 
 
+def _default_health_address() -> str:
+    """Where the server started with the same INFERD_* variables listens: its Unix socket if it
+    has one (no TLS to configure), else its TCP port on the loopback."""
+    unix_socket = os.environ.get("INFERD_GRPC_UNIX_SOCKET", "")
+    if unix_socket:
+        return f"unix:{unix_socket}"
+    return f"127.0.0.1:{os.environ.get('INFERD_GRPC_PORT', '8001')}"
+
+
+def _add_health_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--address",
+        default=_default_health_address(),
+        help="HOST:PORT or unix:PATH [default: unix:$INFERD_GRPC_UNIX_SOCKET if set, else "
+        "127.0.0.1:$INFERD_GRPC_PORT (8001)]",
+    )
+    parser.add_argument(
+        "--service",
+        default="",
+        help="The health service to ask: '' = the server as a whole (default), or "
+        "inference.GRPCInferenceService.",
+    )
+    parser.add_argument(
+        "--timeout-secs", type=float, default=5.0, help="Deadline of the call (default 5)."
+    )
+    parser.add_argument(
+        "--grpc-use-ssl",
+        type=_bool,
+        nargs="?",
+        const=True,
+        metavar="{true,false}",
+        default=_bool(os.environ.get("INFERD_GRPC_USE_SSL", "false")),
+        help="TLS to a TCP address, as the server's flag [env INFERD_GRPC_USE_SSL]. A Unix socket "
+        "is plaintext.",
+    )
+    parser.add_argument(
+        "--grpc-root-cert",
+        default="",
+        help="PEM file: the CA certificates the server's certificate is checked against "
+        "(default: the system's).",
+    )
+    parser.add_argument(
+        "--grpc-client-cert", default="", help="PEM file: a client certificate (mutual TLS)."
+    )
+    parser.add_argument(
+        "--grpc-client-key", default="", help="PEM file: the key of --grpc-client-cert."
+    )
+    parser.add_argument(
+        "--grpc-server-name",
+        default="",
+        help="The name the server's certificate must carry, when not the address's host.",
+    )
+
+
+def _health(args: argparse.Namespace) -> int:
+    """One line: the address, the service and its status (or why there is none). 0 = SERVING."""
+    import grpc  # deferred: make-examples needs no gRPC
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    service = args.service or "(server)"
+    if args.address.startswith("unix:") or not args.grpc_use_ssl:
+        channel = grpc.insecure_channel(args.address)
+    else:
+
+        def pem(path: str) -> bytes | None:
+            return Path(path).read_bytes() if path else None
+
+        try:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=pem(args.grpc_root_cert),
+                private_key=pem(args.grpc_client_key),
+                certificate_chain=pem(args.grpc_client_cert),
+            )
+        except OSError as e:
+            raise StartupError(f"cannot read a TLS file: {e}") from None
+        override = [("grpc.ssl_target_name_override", args.grpc_server_name)]
+        channel = grpc.secure_channel(
+            args.address, credentials, options=override if args.grpc_server_name else None
+        )
+    with channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout_secs
+            )
+        except grpc.RpcError as e:
+            print(f"{args.address} {service}: {e.code().name}: {e.details()}")
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(f"{args.address} {service}: {status}")
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="inferd", description=__doc__)
+    parser = _OneLineParser(prog="inferd", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="Serve a model repository over gRPC.")
     _add_setting_flags(serve)
+    health = commands.add_parser(
+        "health",
+        help="Ask a server's gRPC health service (grpc.health.v1): exit 0 when SERVING, else 1.",
+    )
+    _add_health_flags(health)
     examples = commands.add_parser("make-examples", help="Write the example model repository.")
     examples.add_argument("dir", type=Path, help="Folder to write the repository into.")
     args = parser.parse_args(argv)
@@ -179,10 +355,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {', '.join(names)} to {args.dir}")
         return 0
 
-    settings = _settings(args)
-    log_control = configure_logging(settings.log_format, settings.log_level, settings.log_verbose)
-    raise_open_file_limit()
-    asyncio.run(_serve(settings, log_control))
+    try:
+        if args.command == "health":
+            return _health(args)
+        settings = _settings(args)
+        _check_startup(settings)
+        log_control = configure_logging(
+            settings.log_format, settings.log_level, settings.log_verbose
+        )
+        raise_open_file_limit()
+        asyncio.run(_serve(settings, log_control))
+    except StartupError as e:
+        print(f"inferd {args.command}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -30,6 +30,7 @@ from inferd.executors.onnxruntime import default_intra_op_threads
 from inferd.models import ModelRegistry, ReadinessRules
 from inferd.models.builder import LoadLimits
 from inferd.models.control import ControlMode, ModelControl
+from inferd.models.registry import ModelState
 from inferd.models.warmup import WarmupLimits
 from inferd.observability.logging import LogControl
 from inferd.observability.metrics import InferenceMetrics, ModelCounters
@@ -42,6 +43,7 @@ from inferd.transport.core_server import (
     BackendSocket,
     CoreGrpcServer,
     MalformedRequestsAreInvalid,
+    PublicUnixSocket,
     ServingPublisher,
     TransportOptions,
     restricted_protocol,
@@ -57,15 +59,15 @@ SERVICE_NAME = grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceServic
 
 @dataclass
 class InferenceServer:
-    """A built server: the core's gRPC server and its bound port, the Python service behind it
-    (on a private socket), models and health."""
+    """A built server: the core's gRPC server and its bound port (None: no TCP listener), the
+    Python service behind it (on a private socket), models and health."""
 
     settings: ServerSettings
     transport: CoreGrpcServer
     publisher: ServingPublisher
     backend: grpc.aio.Server
     backend_socket: BackendSocket
-    port: int
+    port: int | None
     registry: ModelRegistry
     control: ModelControl
     dispatcher: CompletionDispatcher
@@ -74,6 +76,7 @@ class InferenceServer:
     state: ServerState
     telemetry: Telemetry
     metrics_port: int | None = None
+    unix_socket: PublicUnixSocket | None = None
     _poller: asyncio.Task[None] | None = None
     _open_files: asyncio.Task[None] | None = None
 
@@ -87,14 +90,34 @@ class InferenceServer:
         await self.health.update()
         self.health.start()
         self._open_files = asyncio.create_task(OpenFilesWatch().run())
+        loaded = sorted({m.name for m in self.registry.loaded()})
         log.info(
             "server started",
+            listeners=self.listeners(),
             port=self.port,
             metrics_port=self.metrics_port,
             tracing=self.telemetry.tracer is not None,
             ready=self.registry.server_ready(),
             models=len(self.registry.loaded()),
+            models_loaded=loaded,
+            models_failed=sorted(
+                {
+                    s.name
+                    for s in self.registry.index()
+                    if s.state is ModelState.UNAVAILABLE and s.name not in loaded
+                }
+            ),
         )
+
+    def listeners(self) -> list[str]:
+        """Where clients reach the server: gRPC's TCP address and Unix socket, metrics' URL."""
+        host = self.settings.host
+        found = [] if self.port is None else [f"{host}:{self.port}"]
+        if self.unix_socket is not None:
+            found.append(f"unix:{self.unix_socket.path}")
+        if self.metrics_port is not None:
+            found.append(f"http://{host}:{self.metrics_port}/metrics")
+        return found
 
     async def stop(self, grace: float | None = None) -> None:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains
@@ -114,6 +137,8 @@ class InferenceServer:
         await loop.run_in_executor(None, self.transport.shutdown, grace)
         await self.backend.stop(None)
         self.backend_socket.remove()
+        if self.unix_socket is not None:
+            self.unix_socket.remove()
         await self.registry.close()
         self.dispatcher.close()
         self.telemetry.close()
@@ -143,10 +168,13 @@ def _read(path: str) -> str:
     return Path(path).read_text(encoding="utf-8") if path else ""
 
 
-def _transport_options(settings: ServerSettings) -> TransportOptions:
-    addresses = [f"{settings.host}:{settings.grpc_port}"]
-    if settings.grpc_unix_socket:
-        addresses.append(f"unix:{settings.grpc_unix_socket}")
+def _transport_options(
+    settings: ServerSettings, unix_socket: PublicUnixSocket | None
+) -> TransportOptions:
+    # A negative port (--grpc-port off): no TCP listener.
+    addresses = [] if settings.grpc_port < 0 else [f"{settings.host}:{settings.grpc_port}"]
+    if unix_socket is not None:
+        addresses.append(unix_socket.bind_address)
     try:
         cert, key, root = (
             _read(settings.grpc_server_cert),
@@ -265,10 +293,28 @@ async def create_server(
     backend_socket = BackendSocket()
     if server.add_insecure_port(backend_socket.address) == 0:
         raise OSError(f"cannot bind the Python service to {backend_socket.address}")
+    unix_socket = None
     try:
+        if settings.grpc_unix_socket:
+            unix_socket = PublicUnixSocket(
+                settings.grpc_unix_socket,
+                int(settings.grpc_unix_socket_mode, 8),
+                settings.grpc_unix_socket_group,
+            )
         # Calls that reach it before the Python service starts below are answered UNAVAILABLE.
-        transport = CoreGrpcServer(_transport_options(settings), backend_socket.address)
+        transport = CoreGrpcServer(
+            _transport_options(settings, unix_socket), backend_socket.address
+        )
+    except (OSError, ValueError):
+        backend_socket.remove()
+        if unix_socket is not None:
+            unix_socket.remove()
+        raise
+    try:
+        if unix_socket is not None:
+            unix_socket.publish()
     except OSError:
+        transport.shutdown(0)
         backend_socket.remove()
         raise
     publisher = ServingPublisher(transport, dataplane, state, telemetry)
@@ -290,14 +336,28 @@ async def create_server(
     await server.start()
     if metrics is not None:
         metrics.failures.add_source(transport.failures)
-    metrics_port = None if metrics is None else metrics.serve(settings.host, settings.metrics_port)
+    try:
+        metrics_port = (
+            None if metrics is None else metrics.serve(settings.host, settings.metrics_port)
+        )
+    except OSError as e:
+        transport.shutdown(0)
+        await server.stop(None)
+        backend_socket.remove()
+        if unix_socket is not None:
+            unix_socket.remove()
+        raise OSError(
+            f"cannot serve metrics on {settings.host}:{settings.metrics_port} "
+            f"(--metrics-port): {e.strerror or e}"
+        ) from None
+    tcp_port = None if settings.grpc_port < 0 else transport.ports[0]
     return InferenceServer(
         settings,
         transport,
         publisher,
         server,
         backend_socket,
-        transport.ports[0],
+        tcp_port,
         registry,
         control,
         dispatcher,
@@ -306,4 +366,5 @@ async def create_server(
         state,
         telemetry,
         metrics_port,
+        unix_socket,
     )

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
+def _help(text: str, choices: tuple[str, ...] = ()) -> dict[str, object]:
+    """A field's help text and, for an enumerated setting, its allowed values (``--help`` lists
+    them; the flag refuses others)."""
+    return {"help": text, "choices": choices}
 
 
 @dataclass(frozen=True)
@@ -18,10 +20,26 @@ class ServerSettings:
         default=Path("models"), metadata=_help("Folder of models in the Triton layout.")
     )
     host: str = field(default="0.0.0.0", metadata=_help("Address the gRPC server binds to."))
-    grpc_port: int = field(default=8001, metadata=_help("gRPC port (0 picks a free one)."))
+    grpc_port: int = field(
+        default=8001,
+        metadata=_help("gRPC TCP port (0 picks a free one; -1 or off = no TCP listener)."),
+    )
     grpc_unix_socket: str = field(
         default="",
         metadata=_help("Also listen on this Unix socket path (for sidecars); empty = none."),
+    )
+    grpc_unix_socket_mode: str = field(
+        default="0660",
+        metadata=_help(
+            "Octal permissions of --grpc-unix-socket's file (connecting needs write permission)."
+        ),
+    )
+    grpc_unix_socket_group: str = field(
+        default="",
+        metadata=_help(
+            "Group (name or gid) of --grpc-unix-socket's file, for clients running as another "
+            "user; empty = the server's group."
+        ),
     )
     grpc_max_message_bytes: int = field(
         default=2**31 - 1,
@@ -112,7 +130,8 @@ class ServerSettings:
         metadata=_help(
             "none: load every model at start, refuse load/unload requests; explicit: load only "
             "--load-model at start, then as RepositoryModelLoad/Unload ask; poll: load every "
-            "model, then follow the repository's changes every --repository-poll-secs."
+            "model, then follow the repository's changes every --repository-poll-secs.",
+            choices=("none", "explicit", "poll"),
         ),
     )
     load_model: str = field(
@@ -192,16 +211,27 @@ class ServerSettings:
         metadata=_help("On shutdown, how long in-flight requests may take before the stop."),
     )
     log_format: str = field(
-        default="auto", metadata=_help("auto (console on a terminal, else JSON), json or console.")
+        default="auto",
+        metadata=_help(
+            "auto (console on a terminal, else JSON), json or console.",
+            choices=("auto", "json", "console"),
+        ),
     )
-    log_level: str = field(default="info", metadata=_help("debug, info, warning or error."))
+    log_level: str = field(
+        default="info",
+        metadata=_help(
+            "debug, info, warning or error.", choices=("debug", "info", "warning", "error")
+        ),
+    )
     log_verbose: int = field(
         default=0,
         metadata=_help("1 or more: a log line for every request (LogSettings log_verbose_level)."),
     )
     metrics_port: int = field(
         default=8002,
-        metadata=_help("Prometheus /metrics port on --host (0 picks a free one, -1 = off)."),
+        metadata=_help(
+            "Prometheus /metrics port on --host (0 picks a free one, -1 or off = none)."
+        ),
     )
     trace_config: str = field(
         default="",

@@ -18,8 +18,9 @@ README = ROOT / "README.md"
 MAKEFILE = ROOT / "Makefile"
 
 SETTINGS_TABLE_HEADER = "| setting | what it does |"
-# Flags of other tools that the README quotes (`ruff format --check`, `mypy --strict`).
-OTHER_TOOLS_FLAGS = frozenset({"--check", "--strict"})
+# Flags of other tools that the README quotes (`ruff format --check`, `mypy --strict`,
+# `deploy/install.sh install WHEEL --gpu`).
+OTHER_TOOLS_FLAGS = frozenset({"--check", "--strict", "--gpu"})
 LONG_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # A rule's line: one or more target names, then `:` (but `NAME :=` assigns a variable).
 RULE_TARGETS = re.compile(r"^([A-Za-z0-9][\w.-]*(?:[ \t]+[A-Za-z0-9][\w.-]*)*)[ \t]*:(?!=)", re.M)
@@ -33,9 +34,14 @@ MAKE_COMMAND = re.compile(
 
 def serve_flags() -> set[str]:
     """The long options `inferd serve --help` prints, from the real parser (no server starts)."""
+    return command_flags("serve")
+
+
+def command_flags(*command: str) -> set[str]:
+    """The long options `inferd COMMAND --help` prints."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-        cli.main(["serve", "--help"])
+        cli.main([*command, "--help"])
     # argparse puts each option at the start of its own line, indented by two spaces; flags that
     # help texts mention further right are not options of their own.
     return set(re.findall(r"^  (?:-\w, )?(--[a-z][a-z0-9-]*)", out.getvalue(), flags=re.M))
@@ -88,11 +94,13 @@ def test_every_flag_the_readme_settings_table_names_is_a_serve_option() -> None:
     assert not unknown, f"README's settings table names flags `inferd serve` lacks: {unknown}"
 
 
-def test_every_flag_the_readme_mentions_is_a_serve_option() -> None:
+def test_every_flag_the_readme_mentions_is_an_inferd_option() -> None:
     # The prose names flags too (`--model-control-mode none`, `--log-verbose 1`, ...).
     mentioned = set(LONG_FLAG.findall(README.read_text())) - OTHER_TOOLS_FLAGS
-    unknown = mentioned - serve_flags()
-    assert not unknown, f"README mentions flags `inferd serve` lacks: {unknown}"
+    unknown = mentioned - serve_flags() - command_flags("health") - command_flags()
+    assert not unknown, (
+        f"README mentions flags `inferd serve`, `health` and `inferd` lack: {unknown}"
+    )
 
 
 def test_every_make_target_the_readme_names_is_in_the_makefile() -> None:

@@ -10,6 +10,8 @@ service would answer: it is rebuilt with the service's own code on every change.
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import inspect
 import os
 import shutil
@@ -174,6 +176,52 @@ class BackendSocket:
 
     def remove(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class PublicUnixSocket:
+    """--grpc-unix-socket with the file mode and group asked for, and no moment without them:
+    grpc creates the socket in a folder beside PATH that only this user can enter, ``publish``
+    sets its mode and group there and renames it to PATH (replacing a stale socket at once)."""
+
+    def __init__(self, path: str, mode: int, group: str) -> None:
+        self.path = Path(path)
+        self._mode = mode
+        self._gid = _group_id(group) if group else -1  # -1: os.chown leaves the group
+        # Same folder: a rename cannot cross file systems. Short names: socket paths have a
+        # 107-byte limit.
+        self._dir = Path(tempfile.mkdtemp(prefix=".inferd-", dir=self.path.parent))
+        self._staged = self._dir / "s"
+        self.bind_address = f"unix:{self._staged}"
+        self._inode: int | None = None
+
+    def publish(self) -> None:
+        """After grpc has bound ``bind_address``. Raises OSError naming PATH."""
+        try:
+            os.chmod(self._staged, self._mode)
+            os.chown(self._staged, -1, self._gid)
+            os.replace(self._staged, self.path)
+            self._inode = self.path.stat().st_ino
+        except OSError as e:
+            self.remove()
+            raise OSError(f"cannot serve gRPC on unix:{self.path}: {e.strerror or e}") from None
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def remove(self) -> None:
+        """Removes the socket file, unless another server has put its own at PATH since."""
+        shutil.rmtree(self._dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if self._inode is not None and self.path.stat().st_ino == self._inode:
+                self.path.unlink()
+
+
+def _group_id(group: str) -> int:
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ValueError(f"--grpc-unix-socket-group {group}: no such group") from None
 
 
 class CoreGrpcServer:

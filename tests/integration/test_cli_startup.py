@@ -1,0 +1,117 @@
+"""Start-up mistakes (issue 14, item 7): each is one line on stderr naming what is wrong, exit
+status 2, no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# A server that fails at start does so within this; one that does not is killed and fails the test.
+START_FAILURE_TIMEOUT_S = 60.0
+
+
+def _serve(*args: str, repository: Path, python_code: str = "") -> subprocess.CompletedProcess[str]:
+    """``inferd serve`` on an empty repository, with free ports unless ``args`` say otherwise;
+    only errors are logged, so what stderr holds is the mistake's report."""
+    launcher = (
+        [
+            sys.executable,
+            "-c",
+            f"{python_code}\nimport sys\nfrom inferd.cli import main\nsys.exit(main(sys.argv[1:]))",
+        ]
+        if python_code
+        else [sys.executable, "-m", "inferd"]
+    )
+    command = [
+        *launcher,
+        "serve",
+        "--model-repository",
+        str(repository),
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--log-format",
+        "json",
+        "--log-level",
+        "error",
+        *args,
+    ]
+    try:
+        return subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=START_FAILURE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"inferd was still running {START_FAILURE_TIMEOUT_S:.0f} s after start: {e}")
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, f"exit status {result.returncode}, stderr:\n{result.stderr}"
+    assert len(lines) == 1, f"not one line on stderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("inferd serve: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def empty_repository(tmp_path: Path) -> Path:
+    repository = tmp_path / "models"
+    repository.mkdir()
+    return repository
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 held by a listening socket (no SO_REUSEPORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield int(held.getsockname()[1])
+
+
+def test_missing_repository_is_one_line(tmp_path: Path) -> None:
+    line = _one_line_error(_serve(repository=tmp_path / "no-such-folder"))
+    assert "--model-repository" in line and "no-such-folder" in line
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--grpc-port", "70000"),
+        ("--grpc-port", "eighty"),
+        ("--model-control-mode", "sometimes"),
+        ("--log-level", "loud"),
+        ("--grpc-unix-socket-mode", "0999"),
+        ("--max-instance-count", "many"),
+    ],
+)
+def test_bad_flag_value_is_one_line(empty_repository: Path, flag: str, value: str) -> None:
+    line = _one_line_error(_serve(flag, value, repository=empty_repository))
+    assert flag in line and value in line
+
+
+def test_metrics_port_in_use_is_one_line_naming_it(empty_repository: Path, taken_port: int) -> None:
+    line = _one_line_error(_serve("--metrics-port", str(taken_port), repository=empty_repository))
+    assert f"metrics on 127.0.0.1:{taken_port}" in line and "--metrics-port" in line
+
+
+def test_missing_onnxruntime_is_one_line_naming_the_install(empty_repository: Path) -> None:
+    # sys.modules[name] = None: the import system reports the module as not installed.
+    result = _serve(
+        repository=empty_repository, python_code="import sys\nsys.modules['onnxruntime'] = None"
+    )
+    line = _one_line_error(result)
+    assert "pip install onnxruntime" in line
