@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.examples import make_examples
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, without_asan
 
 CALL_TIMEOUT_S = 30.0
 RSS_BOUND_BYTES = 64 * 1024 * 1024  # what 30 cancelled loads or 10,000 unknown unloads may add
@@ -136,6 +136,7 @@ def test_a_config_override_is_capped_in_size(
     assert "--max-config-override-bytes" in error.details()
 
 
+@without_asan
 def test_unloading_unknown_names_keeps_no_memory(limited: ServerProcess) -> None:
     with grpc.insecure_channel(f"unix:{limited.unix_socket}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -173,6 +174,7 @@ def readiness(stub: service_pb2_grpc.GRPCInferenceServiceStub, channel: grpc.Cha
     return ready, check.status == health_pb2.HealthCheckResponse.SERVING, states
 
 
+@without_asan
 def test_cancelled_loads_roll_back_and_return_memory(endless: ServerProcess) -> None:
     with grpc.insecure_channel(f"unix:{endless.unix_socket}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2
 
 from inferd.examples import write_identity_model
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, without_asan
 
 MB = 1_000_000
 LARGE = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
@@ -225,6 +225,7 @@ def _send_four_large(url: str, codes: dict[str, str]) -> None:
     codes.update({str(i): code.name for i, code in enumerate(results)})
 
 
+@without_asan
 def test_memory_returns_after_four_concurrent_400_mb_requests(
     limits_server: ServerProcess,
 ) -> None:
