@@ -1,12 +1,15 @@
 #include "inferd/grpc_server.h"
 
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "inferd/grpc_calls.h"
 
@@ -58,6 +61,71 @@ class GrpcServer::Service final : public grpc::CallbackGenericService {
 namespace {
 
 bool is_unix(const std::string& address) { return address.rfind("unix:", 0) == 0; }
+
+// grpc tells why it could not bind a port only in its log (BuildAndStart just returns no server),
+// as a multi-line record on stderr. While a server starts, this keeps grpc's log records instead,
+// so that the start-up error can carry the reason in one line; a server that starts writes them to
+// the log after all (replay). The log function is process-wide: one capture at a time.
+// Invariants: grpc's default log function is back once release() or the destructor has run.
+class StartupLogCapture {
+ public:
+  struct Record {
+    std::string file;
+    int line;
+    gpr_log_severity severity;
+    std::string message;
+  };
+
+  StartupLogCapture() : lock_(capture_mutex()) {
+    kept().clear();
+    gpr_set_log_function(&keep);
+  }
+  ~StartupLogCapture() { gpr_set_log_function(nullptr); }  // nullptr: grpc's default
+  StartupLogCapture(const StartupLogCapture&) = delete;
+  StartupLogCapture& operator=(const StartupLogCapture&) = delete;
+
+  // Restores grpc's log function and returns the records kept.
+  std::vector<Record> release() {
+    gpr_set_log_function(nullptr);
+    std::lock_guard<std::mutex> lock(kept_mutex());
+    return std::move(kept());
+  }
+
+  // The operating system's reason in grpc's records (e.g. "Address already in use"), or "".
+  static std::string os_error(const std::vector<Record>& records) {
+    static const std::string key = "os_error:\"";
+    for (const Record& r : records) {
+      const size_t at = r.message.find(key);
+      const size_t end = at == std::string::npos ? at : r.message.find('"', at + key.size());
+      if (end != std::string::npos) return r.message.substr(at + key.size(), end - at - key.size());
+    }
+    return "";
+  }
+
+  static void replay(const std::vector<Record>& records) {
+    for (const Record& r : records) gpr_log_message(r.file.c_str(), r.line, r.severity, r.message.c_str());
+  }
+
+ private:
+  static std::mutex& capture_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::mutex& kept_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<Record>& kept() {  // guarded by kept_mutex()
+    static std::vector<Record> records;
+    return records;
+  }
+  static void keep(gpr_log_func_args* args) {
+    std::lock_guard<std::mutex> lock(kept_mutex());
+    kept().push_back({args->file == nullptr ? "" : args->file, args->line, args->severity,
+                      args->message == nullptr ? "" : args->message});
+  }
+  std::lock_guard<std::mutex> lock_;
+};
 
 std::shared_ptr<grpc::ServerCredentials> credentials(const GrpcServerOptions& options, const std::string& address) {
   if (is_unix(address) || !(options.use_ssl || options.use_ssl_mutual)) return grpc::InsecureServerCredentials();
@@ -118,8 +186,15 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   if (options_.max_concurrent_streams > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams);
   }
+  // A second server on a port already taken must fail, not share it: grpc sets SO_REUSEPORT by default.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterCallbackGenericService(service_.get());
-  server_ = builder.BuildAndStart();
+  std::vector<StartupLogCapture::Record> startup_log;
+  {
+    StartupLogCapture capture;
+    server_ = builder.BuildAndStart();
+    startup_log = capture.release();
+  }
   std::string failed;
   for (size_t i = 0; i < options_.addresses.size(); ++i) {
     if (ports_[i] == 0 && !is_unix(options_.addresses[i]))
@@ -129,9 +204,12 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
     std::string all;
     for (const std::string& a : options_.addresses) all += (all.empty() ? "" : ", ") + a;
-    throw std::runtime_error("cannot serve gRPC on " + (failed.empty() ? all : failed) +
-                             " (address in use, not permitted, or an unusable TLS certificate or key)");
+    const std::string reason = StartupLogCapture::os_error(startup_log);
+    throw std::runtime_error(
+        "cannot serve gRPC on " + (failed.empty() ? all : failed) +
+        (reason.empty() ? " (address in use, not permitted, or an unusable TLS certificate or key)" : ": " + reason));
   }
+  StartupLogCapture::replay(startup_log);
 }
 
 GrpcServer::~GrpcServer() { shutdown(0); }

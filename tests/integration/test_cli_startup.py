@@ -1,5 +1,6 @@
 """Start-up mistakes (issue 14, item 7): each is one line on stderr naming what is wrong, exit
-status 2, no traceback."""
+status 2, no traceback; and a second server on a gRPC port already taken fails instead of
+sharing it (grpc sets SO_REUSEPORT unless told not to)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.integration.conftest import ServerProcess, running_server
 
 # A server that fails at start does so within this; one that does not is killed and fails the test.
 START_FAILURE_TIMEOUT_S = 60.0
@@ -103,6 +106,11 @@ def test_bad_flag_value_is_one_line(empty_repository: Path, flag: str, value: st
     assert flag in line and value in line
 
 
+def test_grpc_port_in_use_is_one_line_naming_it(empty_repository: Path, taken_port: int) -> None:
+    line = _one_line_error(_serve("--grpc-port", str(taken_port), repository=empty_repository))
+    assert f"gRPC on 127.0.0.1:{taken_port}" in line
+
+
 def test_metrics_port_in_use_is_one_line_naming_it(empty_repository: Path, taken_port: int) -> None:
     line = _one_line_error(_serve("--metrics-port", str(taken_port), repository=empty_repository))
     assert f"metrics on 127.0.0.1:{taken_port}" in line and "--metrics-port" in line
@@ -115,3 +123,17 @@ def test_missing_onnxruntime_is_one_line_naming_the_install(empty_repository: Pa
     )
     line = _one_line_error(result)
     assert "pip install onnxruntime" in line
+
+
+def test_second_server_on_a_taken_grpc_port_fails(tmp_path: Path, empty_repository: Path) -> None:
+    first_dir = tmp_path / "first"
+    first_dir.mkdir()
+    with running_server(empty_repository, [], first_dir) as first:
+        port = first.url.rsplit(":", 1)[1]
+        line = _one_line_error(_serve("--grpc-port", port, repository=empty_repository))
+        assert f"gRPC on 127.0.0.1:{port}" in line
+        _still_serving(first)
+
+
+def _still_serving(server: ServerProcess) -> None:
+    assert server.process.poll() is None, server.log()

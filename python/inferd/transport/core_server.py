@@ -189,7 +189,10 @@ class PublicUnixSocket:
         self._gid = _group_id(group) if group else -1  # -1: os.chown leaves the group
         # Same folder: a rename cannot cross file systems. Short names: socket paths have a
         # 107-byte limit.
-        self._dir = Path(tempfile.mkdtemp(prefix=".inferd-", dir=self.path.parent))
+        try:
+            self._dir = Path(tempfile.mkdtemp(prefix=".inferd-", dir=self.path.parent))
+        except OSError as e:
+            raise OSError(f"cannot serve gRPC on unix:{self.path}: {e.strerror or e}") from None
         self._staged = self._dir / "s"
         self.bind_address = f"unix:{self._staged}"
         self._inode: int | None = None
