@@ -44,6 +44,24 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
+def _readme_fleet_client_is_ready(target: str) -> None:
+    """README's Deploy snippet (a client balancing over the headless Service's addresses), with
+    its target pointed at the live server, builds a client that reaches it."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "inferd-headless" in b
+    ]
+    code = re.sub(r'"dns:///inferd-headless[^"]*"', repr(target), block)
+    assert code != block
+    namespace: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    client = namespace["client"]
+    try:
+        assert client.is_server_ready()  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+
+
 def _seconds(duration: str) -> float:
     match = re.fullmatch(r"(\d+)s", duration)
     assert match, duration
@@ -91,6 +109,7 @@ def test_entrypoint_and_healthcheck_against_a_live_server(dockerfile: Path, tmp_
             assert time.monotonic() < deadline, f"{checked}\n{log_path.read_text()}"
             time.sleep(1)
         assert checked.stdout.splitlines() == [f"127.0.0.1:{grpc_port} (server): SERVING"]
+        _readme_fleet_client_is_ready(f"dns:///127.0.0.1:{grpc_port}")
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30 + cli.EXIT_MARGIN_S + 10)
