@@ -242,6 +242,10 @@ def test_dockerfile_commands_are_inferds(path: Path) -> None:
     probe = _exec_form(command)
     assert probe[:2] == ["inferd", "health"]
     check_inferd_command(probe)
+    # The call's deadline leaves the process time to start within Docker's timeout.
+    timeout = re.search(r"--timeout=(\d+)s", options)
+    assert timeout is not None
+    assert float(_arg(probe, "--timeout-secs")) < float(timeout.group(1))
 
     # The health check asks the port the server listens on; both ports are exposed.
     grpc_port = cmd[cmd.index("--grpc-port") + 1]
@@ -346,6 +350,7 @@ def test_sidecar_socket_is_shared_by_group() -> None:
     for probe in ("startupProbe", "readinessProbe"):
         command = inferd[probe]["exec"]["command"]
         assert _arg(command, "--address") == f"unix:{socket}"
+        assert float(_arg(command, "--timeout-secs")) < inferd[probe]["timeoutSeconds"]
     assert inferd["restartPolicy"] == "Always"  # a native sidecar: started before the app
 
 
