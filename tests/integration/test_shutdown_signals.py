@@ -194,13 +194,16 @@ def test_a_stop_held_by_a_run_in_progress_ends_at_the_margin(tmp_path: Path) -> 
     """One warm-up run that takes longer than --exit-timeout-secs plus the margin (a run cannot
     be interrupted): the process ends at the bound, with a log line and code 1."""
     repository = tmp_path / "models"
-    rows = 64  # ~512 GFLOP in one run: far longer than the bound on any CPU this runs on
+    # One run: 24 rows x 4 products of 2048^2 matrices, ~1.6 TFLOP (about 15 s on CI's two cores;
+    # 64 rows of 1024^2, a third of it, ended within the bound there once).
+    rows = 24
     write_slow_model(
         repository / "slow",
         f"max_batch_size: {rows}\n"
         f'model_warmup [{{ name: "long" batch_size: {rows} count: 2\n'
         '  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } }\n'
         "}]\n",
+        size=2048,
     )
     log_path = tmp_path / "server.log"
     exit_timeout_s = 0.5
