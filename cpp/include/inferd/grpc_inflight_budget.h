@@ -15,13 +15,18 @@ namespace inferd {
 // is freed in its arenas for reuse, and a large request leaves gigabytes there (grpc's receive
 // slices, the joined copy, decoded contents, the answer): after four concurrent 400 MB requests an
 // idle server held 2.2 GB. malloc_trim returns the free pages of every arena; it walks the heap,
-// so it runs once per kBytes of requests released, not per request.
-// Invariants: trims at most once per kBytes released (whoever crosses it trims, on its thread).
+// so it runs once per kBytes of large requests released, not per request. Small requests are not
+// counted: their memory is reused from glibc's free lists by the next ones, and counting them would
+// put a heap walk on the request path every few seconds of ordinary traffic.
+// Invariants: trims at most once per kBytes released in requests of at least kLarge bytes
+// (whoever crosses it trims, on its thread).
 class LargeRequestTrim {
  public:
   static constexpr uint64_t kBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kLarge = uint64_t{1} << 20;
 
   void released(uint64_t bytes) {
+    if (bytes < kLarge) return;
     const uint64_t total = released_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     if (total < kBytes) return;
     uint64_t expected = total;
