@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
+import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
 SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 GFLOP each
@@ -56,3 +58,10 @@ def write_slow_model(
     model.ir_version = 9
     onnx.save(model, model_dir / "1" / "model.onnx")
     (model_dir / "config.pbtxt").write_text(config)
+
+
+def fp32_input(values: np.ndarray) -> list[grpcclient.InferInput]:
+    """The slow model's INPUT0."""
+    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
+    tensor.set_data_from_numpy(values)
+    return [tensor]

@@ -9,15 +9,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import onnx
 import tritonclient.grpc as grpcclient
-from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
-from inferd.examples import IR_VERSION, OPSET
 from tests.integration.conftest import running_server
+from tests.integration.gather_model import TABLE, write_gather_model
 
-TABLE = [10.0, 20.0, 30.0, 40.0]
 OFFENDING_INDEX = 987654321  # outside TABLE: ONNX Runtime fails the Gather, quoting it
 GOOD_CLIENTS = 8
 REQUESTS_PER_CLIENT = 12
@@ -33,23 +30,6 @@ dynamic_batching { max_queue_delay_microseconds: 50000 }
 """
 
 
-def write_gather_model(model_dir: Path) -> None:
-    """OUTPUT0 = TABLE[INPUT0]; an index outside 0..3 fails inside ONNX Runtime."""
-    (model_dir / "1").mkdir(parents=True)
-    table = numpy_helper.from_array(np.array(TABLE, np.float32), "table")
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "INPUT0"], ["OUTPUT0"], axis=0)],
-        "gather",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.INT64, ["batch", 1])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
-        initializer=[table],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(CONFIG)
-
-
 def caused_here(record: dict[str, object]) -> bool:
     """The offender's failures: inferd's INTERNAL record and ONNX Runtime's own."""
     return record.get("model") == "gather" or record.get("logger") == "onnxruntime"
@@ -57,7 +37,7 @@ def caused_here(record: dict[str, object]) -> bool:
 
 def test_only_the_offending_requests_fail_and_nobody_reads_their_input(tmp_path: Path) -> None:
     repository = tmp_path / "models"
-    write_gather_model(repository / "gather")
+    write_gather_model(repository / "gather", CONFIG)
     answers: dict[str, float] = {}
     failures: dict[str, tuple[str, str]] = {}  # request id -> (status, message)
     lock = threading.Lock()

@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import ServerProcess, running_server
-from tests.integration.slow_model import write_slow_model
+from tests.integration.gather_model import TABLE, write_gather_model
+from tests.integration.slow_model import fp32_input, write_slow_model
 
 ONE_THREAD = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
 FIXED_IO = """
@@ -100,8 +101,7 @@ parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }
     + ONE_THREAD
 )
 
-# OUTPUT0 = TABLE[INPUT0]: an index outside 0..3 fails in ONNX Runtime (INTERNAL).
-TABLE = [10.0, 20.0, 30.0, 40.0]
+# For the gather model (tests/integration/gather_model.py): an index outside 0..3 is INTERNAL.
 GATHER = """
 max_batch_size: 4
 input [ { name: "INPUT0" data_type: TYPE_INT64 dims: [ 1 ] } ]
@@ -120,21 +120,6 @@ def write_padding_model(model_dir: Path) -> None:
         helper.make_tensor_value_info("PADDED", TensorProto.FLOAT, ["batch", "length"])
     )
     onnx.save(model, path)
-
-
-def write_gather_model(model_dir: Path) -> None:
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "INPUT0"], ["OUTPUT0"], axis=0)],
-        "gather",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.INT64, ["batch", 1])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
-        [helper.make_tensor("table", TensorProto.FLOAT, [len(TABLE)], TABLE)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(GATHER)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +155,7 @@ def failing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     failed run as an error, and inferd its INTERNAL answer)."""
     root = tmp_path_factory.mktemp("batching_settings_failing")
     repository = root / "models"
-    write_gather_model(repository / "gather")
+    write_gather_model(repository / "gather", GATHER)
     with running_server(
         repository, ["gather"], root, expected_errors=gather_failure_record
     ) as server:
@@ -184,12 +169,6 @@ def triton(settings_server: ServerProcess) -> Iterator[grpcclient.InferenceServe
         yield client
     finally:
         client.close()
-
-
-def fp32_input(values: np.ndarray) -> list[grpcclient.InferInput]:
-    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
-    tensor.set_data_from_numpy(values)
-    return [tensor]
 
 
 def column(*values: float) -> np.ndarray:

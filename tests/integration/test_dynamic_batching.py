@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import ServerProcess, running_server
-from tests.integration.slow_model import write_slow_model
+from tests.integration.slow_model import fp32_input, write_slow_model
 
 SLOW_IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
@@ -88,12 +88,6 @@ def triton(batching_server: ServerProcess) -> Iterator[grpcclient.InferenceServe
         yield client
     finally:
         client.close()
-
-
-def fp32_input(values: np.ndarray) -> list[grpcclient.InferInput]:
-    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
-    tensor.set_data_from_numpy(values)
-    return [tensor]
 
 
 class Answers:

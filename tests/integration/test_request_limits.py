@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.examples import write_identity_model
 from tests.integration.conftest import ServerProcess, running_server, without_asan
+from tests.integration.hostile_server import length_delimited
 
 MB = 1_000_000
 LARGE = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
@@ -41,27 +42,11 @@ def assert_health_answered(latencies: list[float]) -> None:
     assert ordered[-1] < HEALTH_WORST_S, ordered[-5:]
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _length_delimited(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
-
-
 def bytes_request_with_empty_elements(size: int) -> bytes:
     """identity_bytes, shape [1, 1], raw contents of `size` bytes: size / 4 empty elements."""
     request = service_pb2.ModelInferRequest(model_name="identity_bytes", id="bytes-flood")
     request.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 1])
-    return request.SerializeToString() + _length_delimited(7, bytes(size))
+    return request.SerializeToString() + length_delimited(7, bytes(size))
 
 
 def typed_request_claiming(size: int, shape: list[int]) -> bytes:
@@ -69,9 +54,9 @@ def typed_request_claiming(size: int, shape: list[int]) -> bytes:
     tensor = service_pb2.ModelInferRequest.InferInputTensor(
         name="INPUT0", datatype="FP32", shape=shape
     ).SerializeToString()
-    tensor += _length_delimited(5, _length_delimited(6, bytes(size)))  # contents.fp32_contents
+    tensor += length_delimited(5, length_delimited(6, bytes(size)))  # contents.fp32_contents
     head = service_pb2.ModelInferRequest(model_name="identity_fp32", id="typed-flood")
-    return head.SerializeToString() + _length_delimited(5, tensor)
+    return head.SerializeToString() + length_delimited(5, tensor)
 
 
 def raw_infer(url: str, request: bytes, timeout: float = 120.0) -> grpc.StatusCode:

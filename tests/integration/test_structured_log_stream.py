@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 import tritonclient.grpc as grpcclient
-from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
-from inferd.examples import IR_VERSION, OPSET
 from inferd.executors.onnxruntime_native import native_onnxruntime
 from tests.integration.conftest import running_server
+from tests.integration.gather_model import write_gather_model
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
@@ -38,22 +36,6 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 pytestmark = pytest.mark.skipif(
     native_onnxruntime().version is None, reason="ONNX Runtime's library cannot be loaded"
 )
-
-
-def write_gather_model(model_dir: Path) -> None:
-    (model_dir / "1").mkdir(parents=True)
-    table = numpy_helper.from_array(np.array([10, 20, 30, 40], np.float32), "table")
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "INPUT0"], ["OUTPUT0"], axis=0)],
-        "gather",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.INT64, ["batch", 1])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 1])],
-        initializer=[table],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(GATHER_CONFIG)
 
 
 def closed_port() -> int:
@@ -93,7 +75,7 @@ def test_the_log_stream_is_structured_and_an_internal_failure_has_one_record(
     tmp_path: Path, traced: bool
 ) -> None:
     repository = tmp_path / "models"
-    write_gather_model(repository / "gather")
+    write_gather_model(repository / "gather", GATHER_CONFIG)
     env = {
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: export soon after the request
         "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1",  # s: give up on the closed port quickly
