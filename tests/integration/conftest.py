@@ -31,8 +31,9 @@ from inferd.examples import DATATYPES, make_examples, write_identity_model
 # The server's RSS under AddressSanitizer (`make test-asan-python` preloads libasan into it) is
 # ASan's allocator's: freed memory waits in its quarantine and malloc_trim is not glibc's. Memory
 # bounds are checked by the plain run.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 without_asan = pytest.mark.skipif(
-    "libasan" in os.environ.get("LD_PRELOAD", ""),
+    UNDER_ASAN,
     reason="RSS bounds are checked without AddressSanitizer (its quarantine holds freed memory)",
 )
 
