@@ -28,6 +28,12 @@ _.RepositoryModelLoad
 _.RepositoryModelUnload
 _.ModelInfer
 _.LogSettings
+_.SystemSharedMemoryStatus
+_.SystemSharedMemoryRegister
+_.SystemSharedMemoryUnregister
+_.CudaSharedMemoryStatus
+_.CudaSharedMemoryRegister
+_.CudaSharedMemoryUnregister
 
 # observability/metrics.py: prometheus_client's Collector interface; the registry calls collect()
 # at each scrape.

@@ -8,6 +8,7 @@
 #include "inferd/grpc_calls.h"
 #include "inferd/grpc_server.h"
 #include "inferd/scheduler.h"
+#include "inferd/shared_memory.h"
 #include "inferd/trace_sampling.h"
 
 namespace py = pybind11;
@@ -33,7 +34,8 @@ std::shared_ptr<GrpcServer> make_server(
     std::string server_cert_pem, std::string server_key_pem, std::string root_cert_pem, size_t max_stream_outstanding,
     int max_connection_idle_ms,
     const std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>& restricted_protocols,
-    bool control_on_tcp, uint64_t max_inflight_bytes) {
+    bool control_on_tcp, uint64_t max_inflight_bytes, std::shared_ptr<SharedMemoryRegistry> shared_memory,
+    bool shared_memory_on_tcp) {
   GrpcServerOptions options;
   options.addresses = std::move(addresses);
   options.backend_address = std::move(backend_address);
@@ -53,6 +55,8 @@ std::shared_ptr<GrpcServer> make_server(
   }
   options.access.control_on_tcp = control_on_tcp;
   options.max_inflight_bytes = max_inflight_bytes;
+  options.shared_memory = std::move(shared_memory);
+  options.shared_memory_on_tcp = shared_memory_on_tcp;
   std::unique_ptr<GrpcServer> server;
   {
     py::gil_scoped_release release;  // binding ports and starting grpc's threads
@@ -105,10 +109,13 @@ void register_grpc_server(py::module_& m) {
            py::arg("max_connection_idle_ms") = 0,
            py::arg("restricted_protocols") =
                std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{},
-           py::arg("control_on_tcp") = false, py::arg("max_inflight_bytes") = 0,
+           py::arg("control_on_tcp") = false, py::arg("max_inflight_bytes") = 0, py::arg("shared_memory") = py::none(),
+           py::arg("shared_memory_on_tcp") = false,
            "Binds every address (HOST:PORT or unix:PATH) and serves: inference in the core, every call it does not "
            "answer forwarded to the backend address. restricted_protocols: (groups, key, value) as Triton's "
-           "--grpc-restricted-protocol; control_on_tcp: control calls answered on TCP too. Raises RuntimeError "
+           "--grpc-restricted-protocol; control_on_tcp: control calls answered on TCP too; shared_memory: the "
+           "server's SharedMemoryRegistry (None: shared memory off), served on the Unix socket, and on TCP too with "
+           "shared_memory_on_tcp. Raises RuntimeError "
            "when an address cannot be served, ValueError for a restricted protocol it cannot enforce.")
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),

@@ -11,7 +11,7 @@ from inferd.errors import InferdError
 from inferd.models import LoadedModel, ModelRegistry
 
 if TYPE_CHECKING:
-    from inferd._core import StatisticsSnapshot
+    from inferd._core import SharedMemoryRegistry, StatisticsSnapshot
 
 
 class RequestObserver(Protocol):
@@ -45,18 +45,22 @@ class DataPlane:
         deadline_s: float | None = None,
         observed: RequestObserver | None = None,
         on_failure: FailureCallback | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> bytes:
         """Runs ``request`` on the version it names (default: the highest ready) and returns the
         serialized ModelInferResponse. The core checks
         the request against the model, batches, runs and writes the answer. ``deadline_s``:
         seconds the caller will still wait, if it said; ``observed`` is told the version that
         answers and the core's timings; ``on_failure(model, version, error)`` is told of a failure
-        once the version is known (when nothing observes the request)."""
+        once the version is known (when nothing observes the request); ``shared_memory``: the
+        regions the request's tensors may name (None: naming one is refused)."""
         model = self._registry.get(request.model_name, request.model_version)
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:
-            answer, timing = await model.scheduler.infer_request(request, deadline_s=deadline_s)
+            answer, timing = await model.scheduler.infer_request(
+                request, deadline_s=deadline_s, shared_memory=shared_memory
+            )
         except BaseException as e:
             if on_failure is not None:
                 on_failure(model.name, str(model.version), e)

@@ -39,6 +39,7 @@ from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
+from inferd.shared_memory import SharedMemory
 from inferd.transport.core_server import (
     BackendSocket,
     CoreGrpcServer,
@@ -169,7 +170,7 @@ def _read(path: str) -> str:
 
 
 def _transport_options(
-    settings: ServerSettings, unix_socket: PublicUnixSocket | None
+    settings: ServerSettings, unix_socket: PublicUnixSocket | None, shared_memory: SharedMemory
 ) -> TransportOptions:
     # A negative port (--grpc-port off): no TCP listener.
     addresses = [] if settings.grpc_port < 0 else [f"{settings.host}:{settings.grpc_port}"]
@@ -201,6 +202,8 @@ def _transport_options(
         control_on_tcp=settings.grpc_control_on_tcp,
         max_stream_outstanding=settings.stream_max_outstanding,
         max_inflight_bytes=settings.max_inflight_bytes,
+        shared_memory=shared_memory.core if shared_memory.enabled else None,
+        shared_memory_on_tcp=settings.shared_memory_listeners == "all",
     )
 
 
@@ -225,6 +228,14 @@ async def create_server(
     ``configure_logging`` returned (default: a fresh one from the settings); ``span_exporter``
     replaces OTLP and turns tracing on (tests); ``stopping``, once set (by a signal handler, on
     any thread), stops the loads in progress at their next step."""
+    # The process's one registry of client regions: the control calls change it, the core's server
+    # and the data plane read requests' regions from it. First: a bad limit fails the start before
+    # any model loads.
+    shared_memory = SharedMemory(
+        settings.shared_memory,
+        max_regions=settings.shared_memory_max_regions,
+        max_bytes=settings.shared_memory_max_bytes,
+    )
     loop = asyncio.get_running_loop()
     dispatcher = CompletionDispatcher(loop)
     pool = HostBufferPool(settings.pinned_memory_pool_byte_size)
@@ -303,7 +314,7 @@ async def create_server(
             )
         # Calls that reach it before the Python service starts below are answered UNAVAILABLE.
         transport = CoreGrpcServer(
-            _transport_options(settings, unix_socket), backend_socket.address
+            _transport_options(settings, unix_socket, shared_memory), backend_socket.address
         )
     except (OSError, ValueError):
         backend_socket.remove()
@@ -320,7 +331,10 @@ async def create_server(
     publisher = ServingPublisher(transport, dataplane, state, telemetry)
     registry.add_listener(publisher.publish)
     add_inference_service(
-        InferenceServicer(dataplane, control, state, telemetry, publisher.publish), server
+        InferenceServicer(
+            dataplane, control, state, telemetry, publisher.publish, shared_memory=shared_memory
+        ),
+        server,
     )
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -125,6 +125,37 @@ class ServerSettings:
             "--grpc-restricted-protocol protects their group."
         ),
     )
+    shared_memory: str = field(
+        default="all",
+        metadata=_help(
+            "Which of Triton's shared-memory extensions clients may use: system (POSIX objects), "
+            "cuda (CUDA IPC handles), all (as Triton) or none (their calls answer UNIMPLEMENTED).",
+            choices=("none", "system", "cuda", "all"),
+        ),
+    )
+    shared_memory_listeners: str = field(
+        default="unix",
+        metadata=_help(
+            "Where shared memory (its calls and requests naming a region) is served: unix = only "
+            "on --grpc-unix-socket, since a region is the client's memory on this machine; all = "
+            "on the gRPC port too.",
+            choices=("unix", "all"),
+        ),
+    )
+    shared_memory_max_regions: int = field(
+        default=1024,
+        metadata=_help(
+            "Shared-memory regions registered at once, both kinds together; a register past it "
+            "is answered RESOURCE_EXHAUSTED."
+        ),
+    )
+    shared_memory_max_bytes: int = field(
+        default=64 * 2**30,
+        metadata=_help(
+            "Bytes of shared-memory regions registered at once, both kinds together; a register "
+            "past it is answered RESOURCE_EXHAUSTED."
+        ),
+    )
     model_control_mode: str = field(
         default="none",
         metadata=_help(

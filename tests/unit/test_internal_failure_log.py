@@ -48,6 +48,7 @@ class FailingDataPlane:
         deadline_s: float | None = None,
         observed: Any = None,
         on_failure: Callable[[str, str, BaseException], None] | None = None,
+        shared_memory: Any = None,
     ) -> bytes:
         if self.before_version:
             raise self.error

@@ -11,13 +11,16 @@ import asyncio
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import inferd._core as _core
 from inferd.batching.executor import Executor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
+
+if TYPE_CHECKING:
+    from inferd._core import SharedMemoryRegistry
 
 # (core datatype code, shape, buffer): a tensor as the core takes it.
 CoreTensor = tuple[int, Sequence[int], Any]
@@ -101,7 +104,7 @@ def _deadline_us(deadline_s: float | None) -> int:
 
 
 # Failures only Python reports (the core never answers with them).
-_PYTHON_ONLY_CODES = frozenset({"FAILED_PRECONDITION"})
+_PYTHON_ONLY_CODES: frozenset[str] = frozenset()
 
 
 def check_status_codes(core_codes: Mapping[str, int] | None = None) -> None:
@@ -262,16 +265,22 @@ class ModelScheduler:
             raise
 
     async def infer_request(
-        self, request: WireRequest, *, deadline_s: float | None = None, stream: bool = False
+        self,
+        request: WireRequest,
+        *,
+        deadline_s: float | None = None,
+        stream: bool = False,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> CoreResult:
         """Computes a parsed ModelInferRequest: the core checks it against the model, runs it and
         writes its answer, returned as the serialized ModelInferResponse (ModelStreamInferResponse
         with ``stream``, which the core's own server uses; the tests check both writers from
-        here). Deadline and cancellation as in ``infer``."""
+        here). Deadline and cancellation as in ``infer``. ``shared_memory``: the regions its tensors
+        may name (None: a tensor naming one is refused)."""
         deadline_us = _deadline_us(deadline_s)
         token, future = self._dispatcher.expect()
         code, message = self._core.submit_request(
-            token, self._signature, request, deadline_us, stream
+            token, self._signature, request, deadline_us, stream, shared_memory=shared_memory
         )
         if code != 0:
             self._dispatcher.forget(token)

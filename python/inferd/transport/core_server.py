@@ -54,6 +54,10 @@ class TransportOptions:
     control_on_tcp: bool = False
     max_stream_outstanding: int = 1024
     max_inflight_bytes: int = 0
+    # The server's regions (None: shared memory off), served on the Unix socket, and on TCP too
+    # with shared_memory_on_tcp (--shared-memory-listeners all).
+    shared_memory: _core.SharedMemoryRegistry | None = None
+    shared_memory_on_tcp: bool = False
 
 
 def restricted_protocol(spec: str) -> tuple[list[str], str, str]:
@@ -249,6 +253,8 @@ class CoreGrpcServer:
                 control_on_tcp=options.control_on_tcp,
                 max_stream_outstanding=options.max_stream_outstanding,
                 max_inflight_bytes=options.max_inflight_bytes,
+                shared_memory=options.shared_memory,
+                shared_memory_on_tcp=options.shared_memory_on_tcp,
             )
         except RuntimeError as e:
             raise OSError(str(e)) from None

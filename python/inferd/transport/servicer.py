@@ -19,12 +19,19 @@ from inferd.dataplane import DataPlane
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
 from inferd.observability.telemetry import Telemetry
+from inferd.shared_memory import SharedMemory, SharedMemoryKind
 from inferd.transport import codec
 from inferd.transport.status import answers_errors
 
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
+# The shared-memory extensions are added where --shared-memory enables them.
 EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule_policy"]
+
+# Set by the core's server on an inference it forwards from a listener that serves shared memory
+# (--shared-memory-listeners; a client's own header of that name is dropped): only such a request
+# may name a region.
+SHARED_MEMORY_ALLOWED = ("inferd-shared-memory", "1")
 
 
 class ServerState:
@@ -43,6 +50,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         state: ServerState,
         telemetry: Telemetry,
         settings_changed: Callable[[], None] | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         self._dataplane = dataplane
         self._control = control
@@ -50,6 +58,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         self._telemetry = telemetry
         # Told after LogSettings: whether requests are observed (verbose logs) may have changed.
         self._settings_changed = settings_changed
+        self._shared_memory = shared_memory or SharedMemory("none", max_regions=0, max_bytes=0)
 
     async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=self._state.live)
@@ -63,7 +72,8 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         return pb.ModelReadyResponse(ready=ready and self._state.accepting)
 
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.ServerMetadataResponse(name="inferd", version=__version__, extensions=EXTENSIONS)
+        extensions = EXTENSIONS + self._shared_memory.extensions()
+        return pb.ServerMetadataResponse(name="inferd", version=__version__, extensions=extensions)
 
     @answers_errors
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -104,6 +114,10 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         parsed = self._dataplane.parse(request)
         deadline_s = context.time_remaining()
         telemetry = self._telemetry
+        allowed = SHARED_MEMORY_ALLOWED in (context.invocation_metadata() or ())
+        shared_memory = (
+            self._shared_memory.core if allowed and self._shared_memory.enabled else None
+        )
         try:
             if not telemetry.observes_each_request:
 
@@ -116,10 +130,14 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                         metadata=context.invocation_metadata(),
                     )
 
-                return await self._dataplane.infer(parsed, deadline_s=deadline_s, on_failure=failed)
+                return await self._dataplane.infer(
+                    parsed, deadline_s=deadline_s, on_failure=failed, shared_memory=shared_memory
+                )
             metadata = context.invocation_metadata()
             with telemetry.request(parsed.model_name, metadata, parsed.id) as observed:
-                return await self._dataplane.infer(parsed, deadline_s=deadline_s, observed=observed)
+                return await self._dataplane.infer(
+                    parsed, deadline_s=deadline_s, observed=observed, shared_memory=shared_memory
+                )
         except Exception as e:
             telemetry.unresolved(
                 parsed.model_name,
@@ -129,6 +147,64 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                 metadata=context.invocation_metadata(),
             )
             raise
+
+    @answers_errors
+    async def SystemSharedMemoryStatus(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        regions = self._shared_memory.status(SharedMemoryKind.SYSTEM, request.name)
+        return pb.SystemSharedMemoryStatusResponse(
+            regions={
+                r.name: pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size
+                )
+                for r in regions
+            }
+        )
+
+    @answers_errors
+    async def SystemSharedMemoryRegister(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await self._shared_memory.register_system(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @answers_errors
+    async def SystemSharedMemoryUnregister(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await self._shared_memory.unregister(SharedMemoryKind.SYSTEM, request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @answers_errors
+    async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        regions = self._shared_memory.status(SharedMemoryKind.CUDA, request.name)
+        return pb.CudaSharedMemoryStatusResponse(
+            regions={
+                r.name: pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r.name, device_id=r.device_id, byte_size=r.byte_size
+                )
+                for r in regions
+            }
+        )
+
+    @answers_errors
+    async def CudaSharedMemoryRegister(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await self._shared_memory.register_cuda(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @answers_errors
+    async def CudaSharedMemoryUnregister(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await self._shared_memory.unregister(SharedMemoryKind.CUDA, request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
