@@ -103,6 +103,10 @@ void register_completion_queue(py::module_& m) {
                 }
                 out.append(py::make_tuple(c.token, static_cast<int>(c.status.code), c.status.message, outputs,
                                           py::cast(c.timing)));
+              } catch (const ResponseNotWritten& e) {
+                const std::string prefix = e.code == StatusCode::kInternal ? "cannot return outputs: " : "";
+                out.append(py::make_tuple(c.token, static_cast<int>(e.code), prefix + e.what(), py::list(),
+                                          py::cast(c.timing)));
               } catch (const std::exception& e) {
                 out.append(py::make_tuple(c.token, static_cast<int>(StatusCode::kInternal),
                                           std::string("cannot return outputs: ") + e.what(), py::list(),

@@ -194,7 +194,8 @@ void register_scheduler(py::module_& m) {
       .def(
           "submit_request",
           [](Scheduler& scheduler, uint64_t token, const std::shared_ptr<ModelSignature>& signature,
-             const WireRequest& wire, uint64_t deadline_us, bool stream) {
+             const WireRequest& wire, uint64_t deadline_us, bool stream,
+             const std::shared_ptr<SharedMemoryRegistry>& shared_memory) {
             auto request = std::make_unique<InferenceRequest>();
             request->token = token;
             request->stream = stream;
@@ -203,17 +204,20 @@ void register_scheduler(py::module_& m) {
             // threads run meanwhile. Safe: the build reads C++ views of bytes that `wire` keeps
             // alive, and copies of `owner` drop no Python reference (wire holds one). A small one
             // keeps the GIL: a thread switch would cost more than the build.
+            // Shared memory too: a BYTES input there is copied out, and a slice's object is fstat'ed.
             std::optional<py::gil_scoped_release> release;
-            if (wire.size >= (1u << 20)) release.emplace();
-            Status status = build_inference_request(signature, wire.parsed, wire.owner, request.get());
+            if (wire.size >= (1u << 20) || shared_memory != nullptr) release.emplace();
+            Status status =
+                build_inference_request(signature, wire.parsed, wire.owner, request.get(), shared_memory.get());
             release.reset();
             // As in submit: the GIL stays held for the bounded push.
             if (status.ok()) status = scheduler.submit(std::move(request));
             return py::make_tuple(static_cast<int>(status.code), status.message);
           },
           py::arg("token"), py::arg("signature"), py::arg("request"), py::arg("deadline_us") = 0,
-          py::arg("stream") = false,
-          "Check a parsed request against the model's signature and queue it. Returns (status code, message); "
+          py::arg("stream") = false, py::arg("shared_memory") = nullptr,
+          "Check a parsed request against the model's signature and queue it; shared_memory: the registry its "
+          "tensors may name regions of (None: refused). Returns (status code, message); "
           "the answer, a serialized ModelInferResponse (ModelStreamInferResponse with stream), arrives on the "
           "completion queue.")
       .def("cancel", &Scheduler::cancel, py::arg("token"), py::call_guard<py::gil_scoped_release>(),

@@ -16,7 +16,10 @@ void register_status(py::module_& m) {
       .value("DEADLINE_EXCEEDED", StatusCode::kDeadlineExceeded)
       .value("CANCELLED", StatusCode::kCancelled)
       .value("INTERNAL", StatusCode::kInternal)
-      .value("UNIMPLEMENTED", StatusCode::kUnimplemented);
+      .value("UNIMPLEMENTED", StatusCode::kUnimplemented)
+      .value("FAILED_PRECONDITION", StatusCode::kFailedPrecondition)
+      .value("ALREADY_EXISTS", StatusCode::kAlreadyExists)
+      .value("PERMISSION_DENIED", StatusCode::kPermissionDenied);
 }
 
 }  // namespace inferd::python

@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "inferd/infer_request_parser.h"
@@ -65,8 +66,16 @@ py::str text(std::string_view s) { return py::str(s.data(), s.size()); }
 }  // namespace
 
 py::bytes write_response(const InferenceRequest& request, const std::vector<Tensor>& outputs) {
-  const InferResponseWriter writer(request, outputs, request.stream);
-  if (!writer.error().empty()) throw std::runtime_error(writer.error());  // answered INTERNAL
+  std::optional<InferResponseWriter> placed;
+  if (request.shared_memory_outputs.empty()) {
+    placed.emplace(request, outputs, request.stream);
+  } else {
+    // The constructor copies outputs into the client's shared memory: no Python object is touched.
+    py::gil_scoped_release release;
+    placed.emplace(request, outputs, request.stream);
+  }
+  const InferResponseWriter& writer = *placed;
+  if (!writer.status().ok()) throw ResponseNotWritten(writer.status());
   py::object bytes =
       py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(writer.size())));
   if (!bytes) throw py::error_already_set();

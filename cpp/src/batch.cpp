@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "inferd/shared_memory.h"
+
 namespace inferd {
 namespace {
 
@@ -97,6 +99,25 @@ Tensor leased_tensor(PinnedBufferPool* pool, DataType dtype, std::vector<int64_t
   return t;
 }
 
+// Copies `size` bytes of `part` (at its start) to `dst`: memcpy, or copy_from_slice for client memory.
+void copy_part(std::byte* dst, const Tensor& part, size_t size, size_t request) {
+  if (size == 0) return;
+  if (!part.client_memory) {
+    std::memcpy(dst, part.data, size);
+    return;
+  }
+  std::string error;
+  if (!copy_from_slice(dst, *part.client_memory, size, &error)) throw ClientMemoryFault(request, error);
+}
+
+// `part` in a leased buffer of its own, when it is client memory (which copy_region may not read).
+Tensor readable(const Tensor& part, PinnedBufferPool* pool, size_t request) {
+  if (!part.client_memory) return part;
+  Tensor copy = leased_tensor(pool, part.dtype, part.shape, part.byte_size);
+  copy_part(const_cast<std::byte*>(copy.data), part, part.byte_size, request);
+  return copy;
+}
+
 Tensor gather_padded(const RequestBatch& batch, size_t i, PinnedBufferPool* pool, const Padding& padding) {
   const Tensor& first = batch.front()->inputs[i];
   std::vector<int64_t> shape = first.shape;
@@ -112,8 +133,8 @@ Tensor gather_padded(const RequestBatch& batch, size_t i, PinnedBufferPool* pool
   fill(dst, product(shape, 0), first.dtype, padding.value);
   const size_t row_bytes = product(shape, 1) * element;
   size_t row = 0;
-  for (const auto& request : batch) {
-    const Tensor& part = request->inputs[i];
+  for (size_t r = 0; r < batch.size(); ++r) {
+    const Tensor part = readable(batch[r]->inputs[i], pool, r);
     std::vector<int64_t> dst_dims = shape;
     dst_dims[0] = part.shape[0];
     copy_region(part.data, part.shape, dst + row * row_bytes, dst_dims, part.shape, 0, element);
@@ -125,7 +146,11 @@ Tensor gather_padded(const RequestBatch& batch, size_t i, PinnedBufferPool* pool
 }  // namespace
 
 std::vector<Tensor> gather_inputs(const RequestBatch& batch, PinnedBufferPool* pool, const Padding& padding) {
-  if (batch.size() == 1) return batch.front()->inputs;
+  if (batch.size() == 1) {
+    std::vector<Tensor> inputs = batch.front()->inputs;
+    for (Tensor& input : inputs) input = readable(input, pool, 0);
+    return inputs;
+  }
   std::vector<Tensor> gathered;
   const size_t num_inputs = batch.front()->inputs.size();
   for (size_t i = 0; i < num_inputs; ++i) {
@@ -153,9 +178,9 @@ std::vector<Tensor> gather_inputs(const RequestBatch& batch, PinnedBufferPool* p
     Tensor out = leased_tensor(pool, first.dtype, std::move(shape), bytes);
     auto* dst = const_cast<std::byte*>(out.data);  // freshly leased: ours to write
     size_t offset = 0;
-    for (const auto& request : batch) {
-      const Tensor& part = request->inputs[i];
-      if (part.byte_size > 0) std::memcpy(dst + offset, part.data, part.byte_size);
+    for (size_t r = 0; r < batch.size(); ++r) {
+      const Tensor& part = batch[r]->inputs[i];
+      copy_part(dst + offset, part, part.byte_size, r);
       offset += part.byte_size;
     }
     gathered.push_back(std::move(out));

@@ -88,7 +88,8 @@ void check_value(const std::string& value, const std::string& header) {
 
 }  // namespace
 
-AccessPolicy::AccessPolicy(AccessOptions options) : control_on_tcp_(options.control_on_tcp) {
+AccessPolicy::AccessPolicy(AccessOptions options)
+    : control_on_tcp_(options.control_on_tcp), shared_memory_on_tcp_(options.shared_memory_on_tcp) {
   for (RestrictedProtocol& protocol : options.restricted) {
     if (protocol.groups.empty()) throw std::invalid_argument("a restricted protocol names no API group");
     Rule rule{header_key(std::move(protocol.key)), std::move(protocol.value)};
@@ -137,7 +138,17 @@ grpc::Status AccessPolicy::check(std::string_view method, std::string_view peer,
                           "This protocol is restricted, expecting header '" + rule->second.header + "'");
     }
   }
-  if (!restricted && !control_on_tcp_ && is_control_method(method) && !starts_with(peer, "unix")) {
+  const bool on_tcp = !starts_with(peer, "unix");
+  if (group == "shared-memory") {
+    if (on_tcp && !shared_memory_on_tcp_) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          std::string(method.substr(kInferenceService.size())) +
+                              " is answered only on the Unix socket (--grpc-unix-socket): a region is the client's "
+                              "memory; start the server with --shared-memory-listeners all to answer it on TCP");
+    }
+    return grpc::Status::OK;
+  }
+  if (!restricted && !control_on_tcp_ && is_control_method(method) && on_tcp) {
     const std::string_view name = method.substr(kInferenceService.size());
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         std::string(name) +

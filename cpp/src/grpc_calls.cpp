@@ -40,6 +40,12 @@ int grpc_code(StatusCode code) {
       return grpc::StatusCode::INTERNAL;
     case StatusCode::kUnimplemented:
       return grpc::StatusCode::UNIMPLEMENTED;
+    case StatusCode::kFailedPrecondition:
+      return grpc::StatusCode::FAILED_PRECONDITION;
+    case StatusCode::kAlreadyExists:
+      return grpc::StatusCode::ALREADY_EXISTS;
+    case StatusCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
   }
   return grpc::StatusCode::INTERNAL;
 }
@@ -87,18 +93,18 @@ grpc::ByteBuffer message(std::string_view bytes) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-bool write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out,
-                  std::string* error) {
+Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out) {
   const InferResponseWriter writer(request, outputs, request.stream);
-  if (!writer.error().empty()) {
-    *error = writer.error();
-    return false;
+  if (!writer.status().ok()) {
+    Status status = writer.status();
+    if (status.code == StatusCode::kInternal) status.message = "cannot return outputs: " + status.message;
+    return status;
   }
   grpc_slice raw = grpc_slice_malloc(writer.size());
   writer.write(reinterpret_cast<std::byte*>(GRPC_SLICE_START_PTR(raw)));
   grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
   *out = grpc::ByteBuffer(&slice, 1);
-  return true;
+  return Status::Ok();
 }
 
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
@@ -142,10 +148,16 @@ bool is_transport_header(std::string_view key) {
 
 }  // namespace
 
+const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::ServerContextBase& context) const {
+  if (shared_memory == nullptr) return nullptr;
+  if (!shared_memory_on_tcp && context.peer().rfind("unix", 0) != 0) return nullptr;
+  return shared_memory.get();
+}
+
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to) {
   for (const auto& [key, value] : from.client_metadata()) {
     const std::string_view k(key.data(), key.size());
-    if (is_transport_header(k) || k == kTraceSampledKey) continue;
+    if (is_transport_header(k) || k == kTraceSampledKey || k == kSharedMemoryAllowedKey) continue;
     to->AddMetadata(std::string(k), std::string(value.data(), value.size()));
   }
   to->set_deadline(from.deadline());
@@ -261,6 +273,9 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
     if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
+    if (transport_->shared_memory_for(*context_) != nullptr) {
+      call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
+    }
     call->request = request_;  // shares the slices
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -316,9 +331,8 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     grpc::ByteBuffer answer_bytes;
-    std::string error;
-    if (!write_answer(*completion.request, completion.outputs, &answer_bytes, &error)) {
-      const Status failed = Status::Error(StatusCode::kInternal, "cannot return outputs: " + error);
+    const Status failed = write_answer(*completion.request, completion.outputs, &answer_bytes);
+    if (!failed.ok()) {
       count_failure(failed, completion.request->id);
       fail(to_grpc_status(failed));
       return;
@@ -361,7 +375,8 @@ class InferCall final : public UnaryCall, public CompletionSink {
     auto request = std::make_unique<InferenceRequest>();
     request->token = transport_->next_token();
     request->deadline = core_deadline(*context_);
-    status = build_inference_request(route->signature, parsed, received.owner, request.get());
+    status = build_inference_request(route->signature, parsed, received.owner, request.get(),
+                                     transport_->shared_memory_for(*context_));
     if (!status.ok()) {
       count_failure(status, parsed.id);
       fail(to_grpc_status(status));

@@ -164,7 +164,11 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   transport_->backend = std::make_unique<grpc::GenericStub>(
       grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args));
   transport_->max_stream_outstanding = std::max<size_t>(1, options_.max_stream_outstanding);  // 0 would never read
-  service_ = std::make_unique<Service>(transport_, options_.access);
+  transport_->shared_memory = options_.shared_memory;
+  transport_->shared_memory_on_tcp = options_.shared_memory_on_tcp;
+  AccessOptions access = options_.access;
+  access.shared_memory_on_tcp = options_.shared_memory_on_tcp;
+  service_ = std::make_unique<Service>(transport_, std::move(access));
 
   grpc::ServerBuilder builder;
   ports_.assign(options_.addresses.size(), 0);  // sized before: the builder writes through pointers

@@ -130,9 +130,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       return answer_error(to_grpc_status(completion.status), id);
     }
     grpc::ByteBuffer bytes;
-    std::string error;
-    if (!write_answer(*completion.request, completion.outputs, &bytes, &error)) {
-      const Status failed = Status::Error(StatusCode::kInternal, "cannot return outputs: " + error);
+    const Status failed = write_answer(*completion.request, completion.outputs, &bytes);
+    if (!failed.ok()) {
       if (route != nullptr) record_failure(*transport_, *route, failed, id, *context_);
       return answer_error(to_grpc_status(failed), id);
     }
@@ -167,7 +166,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     inference->token = transport_->next_token();
     inference->stream = true;
     inference->deadline = core_deadline(*context_);
-    status = build_inference_request(route->signature, parsed, received.owner, inference.get());
+    status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
+                                     transport_->shared_memory_for(*context_));
     if (!status.ok()) {
       record_failure(*transport_, *route, status, parsed.id, *context_);
       return answer_error(to_grpc_status(status), std::string(parsed.id));
@@ -200,6 +200,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
     if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
+    if (transport_->shared_memory_for(*context_) != nullptr) {
+      call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
+    }
     call->request = request;
     {
       std::lock_guard<std::mutex> lock(mutex_);

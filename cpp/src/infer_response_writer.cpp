@@ -1,5 +1,6 @@
 #include "inferd/infer_response_writer.h"
 
+#include "inferd/shared_memory.h"
 #include "inferd/wire_format.h"
 
 namespace inferd {
@@ -31,16 +32,37 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
                                          bool stream)
     : request_(request), model_(*request.signature), stream_(stream) {
   const bool batched = model_.max_batch_size > 0;
+  auto fail = [&](StatusCode code, std::string message) {
+    if (status_.ok()) status_ = Status::Error(code, std::move(message));
+  };
   auto add = [&](uint32_t index) {
     if (index >= outputs.size() || index >= model_.outputs.size()) {
-      if (error_.empty()) error_ = "model '" + model_.name + "' gave fewer outputs than its signature lists";
+      fail(StatusCode::kInternal, "model '" + model_.name + "' gave fewer outputs than its signature lists");
       return;
     }
     const OutputSignature& spec = model_.outputs[index];
     const Tensor& tensor = outputs[index];
-    Output out{&spec, &tensor, tensor.shape, 0, 0};
-    if (spec.has_reshape && !reshape_dims(tensor.shape, spec.dims, batched, &out.shape) && error_.empty()) {
-      error_ = "output '" + spec.name + "' of model '" + model_.name + "' cannot be shown in its dims (reshape)";
+    Output out{&spec, &tensor, tensor.shape, 0, 0, false};
+    if (spec.has_reshape && !reshape_dims(tensor.shape, spec.dims, batched, &out.shape)) {
+      fail(StatusCode::kInternal,
+           "output '" + spec.name + "' of model '" + model_.name + "' cannot be shown in its dims (reshape)");
+    }
+    for (const SharedMemoryOutput& target : request.shared_memory_outputs) {
+      if (target.output != index || !status_.ok()) continue;
+      out.in_shared_memory = true;
+      if (tensor.byte_size > target.slice.size) {
+        // Triton's words; INVALID_ARGUMENT where Triton says INTERNAL: the client sized the slice.
+        fail(StatusCode::kInvalidArgument, "shared memory size specified with the request for output '" + spec.name +
+                                               "' (" + std::to_string(target.slice.size) +
+                                               " bytes) should be at least " + std::to_string(tensor.byte_size) +
+                                               " bytes to hold the results");
+        break;
+      }
+      std::string error;
+      if (!copy_to_slice(target.slice, tensor.data, tensor.byte_size, &error)) {
+        fail(StatusCode::kInvalidArgument, "output '" + spec.name + "': " + error);
+      }
+      break;
     }
     for (int64_t d : out.shape) out.shape_bytes += varint_size(static_cast<uint64_t>(d));
     out.message_bytes = string_field_size(output_field::kName, spec.name) +
@@ -58,9 +80,11 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
                   string_field_size(response_field::kId, request.id);
   for (const Output& o : outputs_) {
     message_size_ += length_delimited_size(response_field::kOutputs, o.message_bytes);
-    // Outputs always travel raw (tritonclient reads only raw_output_contents), even when empty.
-    message_size_ += length_delimited_size(response_field::kRawOutputContents, o.tensor->byte_size);
-    data_bytes_ += o.tensor->byte_size;
+    // Outputs always travel raw (tritonclient reads only raw_output_contents), even when empty;
+    // one in shared memory has an empty entry.
+    const size_t raw_bytes = o.in_shared_memory ? 0 : o.tensor->byte_size;
+    message_size_ += length_delimited_size(response_field::kRawOutputContents, raw_bytes);
+    data_bytes_ += raw_bytes;
   }
   total_size_ = stream_ ? length_delimited_size(stream_field::kInferResponse, message_size_) : message_size_;
 }
@@ -81,8 +105,9 @@ void InferResponseWriter::write(std::byte* out) const {
     }
   }
   for (const Output& o : outputs_) {
-    writer.length_prefix(response_field::kRawOutputContents, o.tensor->byte_size);
-    writer.raw(o.tensor->data, o.tensor->byte_size);
+    const size_t raw_bytes = o.in_shared_memory ? 0 : o.tensor->byte_size;
+    writer.length_prefix(response_field::kRawOutputContents, raw_bytes);
+    writer.raw(o.tensor->data, raw_bytes);
   }
 }
 

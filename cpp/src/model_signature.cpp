@@ -8,8 +8,6 @@
 namespace inferd {
 namespace {
 
-constexpr const char* kSharedMemoryKeys[] = {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"};
-
 Status invalid(std::string message) { return Status::Error(StatusCode::kInvalidArgument, std::move(message)); }
 
 std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
@@ -31,9 +29,63 @@ std::string names_text(const Names& names) {
   return out + "]";
 }
 
-bool has_shared_memory(const std::vector<WireParameter>& parameters) {
-  return std::any_of(std::begin(kSharedMemoryKeys), std::end(kSharedMemoryKeys),
-                     [&](const char* key) { return find_parameter(parameters, key) != nullptr; });
+// A tensor's shared-memory parameters, checked as Triton checks them (ParseSharedMemoryParams):
+// `shared_memory_region` (string) names the region, `shared_memory_byte_size` (an integer, required
+// with it) and `shared_memory_offset` (optional, default 0) the slice; either without a region is
+// an error. `tensor`: "input 'X'" or "output 'X'", for the messages.
+struct SharedMemoryParams {
+  bool present = false;
+  std::string_view region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+Status integer_parameter(const WireParameter& p, const std::string& tensor, uint64_t* value) {
+  if (p.kind == WireParameter::Kind::kUint64) {
+    *value = p.uint64_value;
+  } else if (p.kind == WireParameter::Kind::kInt64 && p.int64_value >= 0) {
+    *value = static_cast<uint64_t>(p.int64_value);
+  } else {
+    return invalid(tensor + ": '" + std::string(p.key) + "' must be a non-negative integer (int64_param)");
+  }
+  return Status::Ok();
+}
+
+Status shared_memory_params(const std::vector<WireParameter>& parameters, const std::string& tensor,
+                            SharedMemoryParams* out) {
+  const WireParameter* region = find_parameter(parameters, "shared_memory_region");
+  const WireParameter* offset = find_parameter(parameters, "shared_memory_offset");
+  const WireParameter* size = find_parameter(parameters, "shared_memory_byte_size");
+  if (region == nullptr) {
+    if (offset != nullptr || size != nullptr) {
+      return invalid(tensor + ": '" + std::string((offset != nullptr ? offset : size)->key) +
+                     "' can not be given without 'shared_memory_region'");
+    }
+    return Status::Ok();
+  }
+  if (region->kind != WireParameter::Kind::kString) {
+    return invalid(tensor + ": 'shared_memory_region' must be a string (string_param)");
+  }
+  if (size == nullptr) return invalid(tensor + ": 'shared_memory_byte_size' must be given with 'shared_memory_region'");
+  out->present = true;
+  out->region = region->string_value;
+  Status status = integer_parameter(*size, tensor, &out->byte_size);
+  if (status.ok() && offset != nullptr) status = integer_parameter(*offset, tensor, &out->offset);
+  return status;
+}
+
+// The slice a tensor names; PERMISSION_DENIED when this call may not use shared memory.
+Status shared_memory_slice(const SharedMemoryRegistry* shared_memory, const SharedMemoryParams& params,
+                           const std::string& tensor, SharedMemorySlice* out) {
+  if (shared_memory == nullptr) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         tensor +
+                             ": shared memory is not accepted on this listener (it is served on the Unix socket; "
+                             "see --shared-memory and --shared-memory-listeners)");
+  }
+  Status status = shared_memory->slice(params.region, params.offset, params.byte_size, out);
+  if (!status.ok()) status.message = tensor + ": " + status.message;
+  return status;
 }
 
 // A reserved request parameter that must be a non-negative integer; 0 when absent.
@@ -394,33 +446,43 @@ bool datatype_from_name(std::string_view name, DataType* out) {
 }
 
 Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature, const ParsedInferRequest& parsed,
-                               const std::shared_ptr<const void>& owner, InferenceRequest* out) {
+                               const std::shared_ptr<const void>& owner, InferenceRequest* out,
+                               const SharedMemoryRegistry* shared_memory) {
   const ModelSignature& model = *signature;
   const std::string model_text = "model " + quoted(model.name);
   const bool raw = !parsed.raw_input_contents.empty();
-  // What the protocol alone says is wrong, before the model is consulted.
-  if (raw && parsed.raw_input_contents.size() != parsed.inputs.size()) {
-    return invalid("raw_input_contents has " + std::to_string(parsed.raw_input_contents.size()) + " entries for " +
-                   std::to_string(parsed.inputs.size()) + " inputs; give one per input, in input order");
-  }
-  for (const WireInput& input : parsed.inputs) {
-    if (has_shared_memory(input.parameters)) {
-      return Status::Error(StatusCode::kUnimplemented,
-                           "input " + quoted(input.name) + ": shared-memory tensors are not supported");
-    }
+  // What the protocol alone says is wrong, before the model is consulted. raw_input_contents
+  // holds the inputs not in shared memory, in input order (Triton's rule, which tritonclient
+  // follows): raw_index[i] is input i's entry, -1 for one in shared memory.
+  std::vector<SharedMemoryParams> input_shm(parsed.inputs.size());
+  std::vector<int> raw_index(parsed.inputs.size(), -1);
+  int raw_count = 0;
+  for (size_t i = 0; i < parsed.inputs.size(); ++i) {
+    const WireInput& input = parsed.inputs[i];
+    const std::string tensor = "input " + quoted(input.name);
+    Status status = shared_memory_params(input.parameters, tensor, &input_shm[i]);
+    if (!status.ok()) return status;
     DataType ignored{};
-    if (!datatype_from_name(input.datatype, &ignored)) {
-      return invalid("input " + quoted(input.name) + ": unknown datatype " + quoted(input.datatype));
+    if (!datatype_from_name(input.datatype, &ignored))
+      return invalid(tensor + ": unknown datatype " + quoted(input.datatype));
+    if (input_shm[i].present) {
+      if (input.has_contents) return invalid(tensor + ": contents must not be set for an input in shared memory");
+      continue;
     }
+    raw_index[i] = raw_count++;
     if (raw && input.has_contents) {
-      return invalid("input " + quoted(input.name) + ": contents must not be set when raw_input_contents is used");
+      return invalid(tensor + ": contents must not be set when raw_input_contents is used");
     }
   }
-  for (const WireOutput& output : parsed.outputs) {
-    if (has_shared_memory(output.parameters)) {
-      return Status::Error(StatusCode::kUnimplemented,
-                           "output " + quoted(output.name) + ": shared-memory tensors are not supported");
-    }
+  if (raw && parsed.raw_input_contents.size() != static_cast<size_t>(raw_count)) {
+    return invalid("raw_input_contents has " + std::to_string(parsed.raw_input_contents.size()) + " entries for " +
+                   std::to_string(raw_count) + " inputs not in shared memory; give one per such input, in input order");
+  }
+  std::vector<SharedMemoryParams> output_shm(parsed.outputs.size());
+  for (size_t o = 0; o < parsed.outputs.size(); ++o) {
+    const WireOutput& output = parsed.outputs[o];
+    Status status = shared_memory_params(output.parameters, "output " + quoted(output.name), &output_shm[o]);
+    if (!status.ok()) return status;
     if (find_parameter(output.parameters, "classification") != nullptr) {
       return Status::Error(StatusCode::kUnimplemented,
                            "output " + quoted(output.name) + ": the classification extension is not supported");
@@ -497,8 +559,29 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
       return invalid(where + ": shape " + shape_text(shape) + " cannot take the model's shape " +
                      shape_text(spec.reshape) + " (reshape)");
     }
-    if (raw) {
-      const std::string_view bytes = parsed.raw_input_contents[index];
+    if (input_shm[index].present) {
+      auto slice = std::make_shared<SharedMemorySlice>();
+      Status status = shared_memory_slice(shared_memory, input_shm[index], where, slice.get());
+      if (!status.ok()) return status;
+      if (spec.dtype == DataType::kBytes) {
+        // Copied once, here: the length prefixes are checked on bytes the client can no longer
+        // change, so everything that walks them later walks what was checked.
+        std::vector<std::byte> buffer(slice->size);
+        std::string error;
+        if (!copy_from_slice(buffer.data(), *slice, slice->size, &error)) return invalid(where + ": " + error);
+        tensor.data = buffer.data();
+        tensor.byte_size = buffer.size();
+        tensor.owner = own(std::move(buffer));
+      } else {
+        // Fixed-size elements: the size is all that is checked, so the batch reads the region itself
+        // (copy_from_slice, at gather); the client's writes meanwhile change only values.
+        tensor.data = slice->data;
+        tensor.byte_size = slice->size;
+        tensor.owner = slice->region;
+        tensor.client_memory = std::move(slice);
+      }
+    } else if (raw) {
+      const std::string_view bytes = parsed.raw_input_contents[static_cast<size_t>(raw_index[index])];
       tensor.data = reinterpret_cast<const std::byte*>(bytes.data());
       tensor.byte_size = bytes.size();
       tensor.owner = owner;
@@ -531,7 +614,8 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
   }
   if (batch_size < 0) return invalid(model_text + ": a request must give at least one input");
 
-  for (const WireOutput& output : parsed.outputs) {
+  for (size_t o = 0; o < parsed.outputs.size(); ++o) {
+    const WireOutput& output = parsed.outputs[o];
     auto spec = std::find_if(model.outputs.begin(), model.outputs.end(),
                              [&](const OutputSignature& s) { return s.name == output.name; });
     if (spec == model.outputs.end()) {
@@ -545,6 +629,13 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
       return invalid("output " + quoted(output.name) + " already exists in request");  // Triton's words
     }
     out->requested_outputs.push_back(index);
+    if (output_shm[o].present) {
+      SharedMemoryOutput target;
+      target.output = index;
+      Status status = shared_memory_slice(shared_memory, output_shm[o], "output " + quoted(output.name), &target.slice);
+      if (!status.ok()) return status;
+      out->shared_memory_outputs.push_back(std::move(target));
+    }
   }
 
   uint64_t priority = 0, timeout = 0;

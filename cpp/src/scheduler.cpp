@@ -224,7 +224,22 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
   staged.requests = std::move(*batch);
   staged.timeline.start = Clock::now();
   try {
-    staged.inputs = gather_inputs(staged.requests, pool_.get(), options_.batching.padding);
+    // A request whose client memory cannot be read fails alone; the rest are gathered again.
+    while (true) {
+      try {
+        staged.inputs = gather_inputs(staged.requests, pool_.get(), options_.batching.padding);
+        break;
+      } catch (const ClientMemoryFault& fault) {
+        auto culprit = staged.requests.begin() + static_cast<std::ptrdiff_t>(fault.request);
+        fail(std::move(*culprit), Status::Error(StatusCode::kInvalidArgument, fault.what()));
+        staged.requests.erase(culprit);
+        if (staged.requests.empty()) {
+          staged.status = Status::Error(StatusCode::kInvalidArgument, "no request of the batch is left");
+          staged.timeline.input_done = Clock::now();
+          return staged;
+        }
+      }
+    }
     if (executor->pipelined()) {
       staged.status = executor->stage(staged.inputs);
       staged.executor_failed = !staged.status.ok();

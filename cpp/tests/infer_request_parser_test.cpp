@@ -507,7 +507,7 @@ TEST(InferRequestParser, WriterMatchesHandComputedBytes) {
   ASSERT_EQ(expected.size(), 9u + 2 + 13 + 2 + 12 + 2 + 8 + 2 + 12);
   auto written = [&](bool stream) {
     const InferResponseWriter writer(request, outputs, stream);
-    EXPECT_EQ(writer.error(), "");
+    EXPECT_TRUE(writer.status().ok()) << writer.status().message;
     std::string out(writer.size(), '\xAA');
     writer.write(reinterpret_cast<std::byte*>(out.data()));
     EXPECT_EQ(writer.data_bytes(), request.requested_outputs.empty() ? 20u : 8u);
@@ -533,12 +533,12 @@ TEST(InferRequestParser, WriterRefusesOutputsItCannotShow) {
   const std::string data(12, '\0');
   std::vector<Tensor> outputs(1);
   outputs[0] = Tensor{DataType::kFp32, {3, 1}, reinterpret_cast<const std::byte*>(data.data()), data.size(), nullptr};
-  EXPECT_NE(InferResponseWriter(request, outputs, false).error(), "");  // 3 elements in dims [2]
+  EXPECT_FALSE(InferResponseWriter(request, outputs, false).status().ok());  // 3 elements in dims [2]
   outputs[0].shape = {2, 1};
   outputs[0].byte_size = 8;
-  EXPECT_EQ(InferResponseWriter(request, outputs, false).error(), "");
+  EXPECT_TRUE(InferResponseWriter(request, outputs, false).status().ok());
   request.requested_outputs = {1};  // past the model's outputs
-  EXPECT_NE(InferResponseWriter(request, outputs, false).error(), "");
+  EXPECT_FALSE(InferResponseWriter(request, outputs, false).status().ok());
 }
 
 TEST(InferRequestParser, WriterLeavesEmptyStringsOutButKeepsEmptyContents) {

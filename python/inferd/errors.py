@@ -26,6 +26,8 @@ class ErrorCode(enum.IntEnum):
     INTERNAL = 7  # a bug or an executor failure; the server keeps serving
     UNIMPLEMENTED = 8  # a protocol feature inferd does not offer
     FAILED_PRECONDITION = 9  # not allowed in the server's current configuration
+    ALREADY_EXISTS = 10  # a name already taken (a shared-memory region)
+    PERMISSION_DENIED = 11  # not allowed on this listener
 
 
 class InferdError(Exception):
@@ -70,6 +72,14 @@ class FailedPrecondition(InferdError):
     code = ErrorCode.FAILED_PRECONDITION
 
 
+class AlreadyExists(InferdError):
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class PermissionDenied(InferdError):
+    code = ErrorCode.PERMISSION_DENIED
+
+
 class ModelLoadError(InferdError):
     """A model version could not be loaded: its config, its files or its executor."""
 
@@ -88,6 +98,8 @@ _BY_CODE: dict[ErrorCode, type[InferdError]] = {
         Internal,
         Unimplemented,
         FailedPrecondition,
+        AlreadyExists,
+        PermissionDenied,
     )
 }
 

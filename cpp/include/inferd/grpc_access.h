@@ -26,6 +26,10 @@ struct AccessOptions {
   // The control calls (is_control_method) are answered on TCP too; otherwise only on the Unix
   // socket, or on TCP where their group is restricted (the header then protects them).
   bool control_on_tcp = false;
+  // The shared-memory group (its RPCs; requests naming regions are the transport's check) is
+  // answered on TCP too; otherwise only on the Unix socket, whatever control_on_tcp says: a
+  // region is the client's memory, so its client must be on this machine (--shared-memory-listeners).
+  bool shared_memory_on_tcp = false;
 };
 
 // The one check every call of the server passes before its reactor is made: the call's group
@@ -59,6 +63,7 @@ class AccessPolicy {
   };
   std::map<std::string, Rule, std::less<>> rules_;  // by group
   bool control_on_tcp_;
+  bool shared_memory_on_tcp_;
 };
 
 }  // namespace inferd

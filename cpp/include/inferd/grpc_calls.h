@@ -19,6 +19,7 @@
 #include "inferd/grpc_server.h"
 #include "inferd/inference_request.h"
 #include "inferd/serving_snapshot.h"
+#include "inferd/shared_memory.h"
 #include "inferd/status.h"
 
 namespace inferd {
@@ -35,6 +36,13 @@ struct TransportContext {
   size_t max_stream_outstanding = 1024;
   // Bytes of the inference requests received and not yet answered (see InflightBudget).
   const std::shared_ptr<InflightBudget> inflight;
+  // Registered shared-memory regions (null: off), and whether TCP callers may name them.
+  std::shared_ptr<SharedMemoryRegistry> shared_memory;
+  bool shared_memory_on_tcp = false;
+
+  // The registry a request of this call may use: null when shared memory is off or the call came
+  // over TCP without shared_memory_on_tcp.
+  const SharedMemoryRegistry* shared_memory_for(const grpc::ServerContextBase& context) const;
 
   // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
   uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
@@ -48,6 +56,10 @@ struct TransportContext {
 // that starts a trace gets its trace id there, so two draws would disagree). A caller's own is
 // dropped.
 inline constexpr std::string_view kTraceSampledKey = "inferd-trace-sampled";
+// The metadata key the transport adds, with "1", to an inference it sends to Python when the
+// client's listener may use shared memory (TransportContext::shared_memory_for); a caller's own
+// is dropped.
+inline constexpr std::string_view kSharedMemoryAllowedKey = "inferd-shared-memory";
 
 // Whether an inference request of this call goes to Python instead of the core: every request
 // does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).
@@ -103,10 +115,9 @@ bool receive(const grpc::ByteBuffer& buffer, ReceivedMessage* out);
 
 // A message to send, from bytes (copied once into a grpc slice).
 grpc::ByteBuffer message(std::string_view bytes);
-// The serialized answer of a computed request, written straight into a grpc slice; false (and
-// `error` set) when the outputs cannot be written.
-bool write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out,
-                  std::string* error);
+// The serialized answer of a computed request, written straight into a grpc slice (and its
+// shared-memory outputs into their slices); otherwise why it cannot be (InferResponseWriter::status).
+Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out);
 
 // The call's deadline on the core's clock (max = none).
 Clock::time_point core_deadline(const grpc::ServerContextBase& context);

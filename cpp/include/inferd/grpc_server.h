@@ -11,6 +11,7 @@
 
 #include "inferd/grpc_access.h"
 #include "inferd/serving_snapshot.h"
+#include "inferd/shared_memory.h"
 #include "inferd/status.h"
 
 namespace grpc {
@@ -47,6 +48,11 @@ struct GrpcServerOptions {
   // Bytes of inference requests received and not yet answered, all calls together; a request
   // that would take them past it is answered RESOURCE_EXHAUSTED at once. 0 = no limit.
   uint64_t max_inflight_bytes = 0;
+  // The regions clients registered (null: shared memory is off). Requests naming a region are
+  // served on the Unix socket, and on TCP too only with shared_memory_on_tcp; so are the
+  // shared-memory RPCs (AccessPolicy).
+  std::shared_ptr<SharedMemoryRegistry> shared_memory;
+  bool shared_memory_on_tcp = false;
 };
 
 // Counts of inference requests that failed on a known model version, by (model, version, status):

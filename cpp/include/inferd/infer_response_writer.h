@@ -17,17 +17,23 @@ namespace inferd {
 // output contents. Each output's bytes are copied once, straight from the scattered output into
 // the response. With `stream`, the response is wrapped as ModelStreamInferResponse.infer_response.
 //
-// Usage: construct, allocate size() bytes, write() into them. The request and outputs must outlive
-// the writer. Not thread-safe; never blocks.
+// Outputs the request asked for in shared memory (InferenceRequest::shared_memory_outputs) are
+// copied into their slices by the constructor, and the response carries their name, datatype and
+// shape with an empty raw_output_contents entry (as Triton's: tritonclient counts entries by
+// output position).
+//
+// Usage: construct, check status(), allocate size() bytes, write() into them. The request and
+// outputs must outlive the writer. Not thread-safe; never blocks.
 class InferResponseWriter {
  public:
   // `request` must carry a signature (it came through build_inference_request); `outputs` are every
   // model output, in model order.
   InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs, bool stream);
 
-  // Empty, or why these outputs cannot be written (an output whose element count does not fit
-  // its reshaped dims): the request then fails with INTERNAL instead.
-  const std::string& error() const { return error_; }
+  // OK, or why these outputs cannot be answered: INTERNAL for an output whose element count does
+  // not fit its reshaped dims; INVALID_ARGUMENT for a shared-memory slice too small for its output
+  // or one that could not be written (the client shrank its object). The request then fails.
+  const Status& status() const { return status_; }
   size_t size() const { return total_size_; }
   // Bytes of output data to copy: callers release locks (the GIL) around write() when it is large.
   size_t data_bytes() const { return data_bytes_; }
@@ -41,6 +47,7 @@ class InferResponseWriter {
     std::vector<int64_t> shape;  // as the protocol shows it
     size_t shape_bytes;          // packed shape payload
     size_t message_bytes;        // the InferOutputTensor message
+    bool in_shared_memory;       // written into the client's slice: no raw contents here
   };
   const InferenceRequest& request_;
   const ModelSignature& model_;
@@ -49,7 +56,7 @@ class InferResponseWriter {
   size_t message_size_ = 0;  // the ModelInferResponse
   size_t total_size_ = 0;    // with the stream wrapper, if any
   size_t data_bytes_ = 0;
-  std::string error_;
+  Status status_;
 };
 
 // A ModelStreamInferResponse that reports one failed request: `error_message` and an

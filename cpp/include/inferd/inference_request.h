@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "inferd/shared_memory.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
 
@@ -14,6 +15,12 @@ namespace inferd {
 using Clock = std::chrono::steady_clock;
 struct ModelSignature;
 struct Completion;
+
+// An output the client asked to be written into its shared memory instead of the answer.
+struct SharedMemoryOutput {
+  uint32_t output = 0;  // index into signature->outputs
+  SharedMemorySlice slice;
+};
 
 // Where a request's answer goes when not to the scheduler's CompletionQueue: the gRPC transport's
 // calls answer their clients from the worker thread that completes the request.
@@ -41,8 +48,9 @@ struct InferenceRequest {
   std::shared_ptr<const ModelSignature> signature;
   std::string id;                           // echoed in the answer
   std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
-  bool stream = false;                      // answered as a ModelStreamInferResponse
-  std::shared_ptr<CompletionSink> sink;     // null: the answer goes to the scheduler's CompletionQueue
+  std::vector<SharedMemoryOutput> shared_memory_outputs;  // of the requested outputs, those written there
+  bool stream = false;                                    // answered as a ModelStreamInferResponse
+  std::shared_ptr<CompletionSink> sink;                   // null: the answer goes to the scheduler's CompletionQueue
 
   // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};

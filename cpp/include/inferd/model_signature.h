@@ -7,6 +7,7 @@
 
 #include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
+#include "inferd/shared_memory.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
 
@@ -50,8 +51,16 @@ struct ModelSignature {
 // after their element counts were checked against the bytes received. On failure `out` must be
 // dropped. Thread-safe (reads only); never blocks. INVALID_ARGUMENT or UNIMPLEMENTED, with a
 // message naming the tensor.
+//
+// Tensors may name slices of `shared_memory`'s regions instead (Triton's shared-memory
+// parameters): a fixed-size input becomes a view of its slice marked client_memory (read at
+// gather through copy_from_slice), a BYTES input is copied out once here and checked on the copy,
+// and an output becomes a SharedMemoryOutput the answer is written into. raw_input_contents then
+// holds only the other inputs. A null `shared_memory` refuses such tensors with PERMISSION_DENIED
+// (this call's listener may not use it).
 Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature, const ParsedInferRequest& parsed,
-                               const std::shared_ptr<const void>& owner, InferenceRequest* out);
+                               const std::shared_ptr<const void>& owner, InferenceRequest* out,
+                               const SharedMemoryRegistry* shared_memory = nullptr);
 
 // `shape` with its non-batch dims replaced by `dims`, whose one -1 takes what is left of the
 // element count: the config's reshape, from the protocol's dims to the model's or back. Returns

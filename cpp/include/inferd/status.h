@@ -16,7 +16,10 @@ enum class StatusCode : int {
   kDeadlineExceeded = 5,
   kCancelled = 6,
   kInternal = 7,
-  kUnimplemented = 8,  // a protocol feature inferd does not offer
+  kUnimplemented = 8,       // a protocol feature inferd does not offer
+  kFailedPrecondition = 9,  // not allowed in the server's current configuration
+  kAlreadyExists = 10,      // a name already taken (a shared-memory region)
+  kPermissionDenied = 11,   // not allowed on this listener
 };
 
 // A status code with a human-readable message; cheap to copy when ok.

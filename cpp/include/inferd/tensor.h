@@ -9,6 +9,8 @@
 
 namespace inferd {
 
+struct SharedMemorySlice;
+
 // Element types, numbered as inference.DataType in model_config.proto so that both sides of the
 // binding agree without a table. kBytes travels serialized: each element is a 4-byte little-endian
 // length followed by that many bytes, exactly as on the wire.
@@ -48,6 +50,10 @@ struct Tensor {
   size_t byte_size = 0;
   std::shared_ptr<const void> owner;
   bool absent = false;
+  // Set when `data` is a client's shared memory (shared_memory.h): then it is read only through
+  // copy_from_slice, never directly (the client may shrink the object under us), so it is
+  // copied into a batch buffer even for a batch of one.
+  std::shared_ptr<const SharedMemorySlice> client_memory = nullptr;
 
   static Tensor Absent(DataType dtype) {
     Tensor t;

@@ -24,6 +24,8 @@ GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 # The longest status message a client gets, in UTF-8 bytes, as the core's transport cuts its own
