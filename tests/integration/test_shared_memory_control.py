@@ -12,11 +12,13 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 import inferd._core as _core
 import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as pb_grpc
+from inferd.examples import make_examples
 from tests.integration.conftest import ServerProcess, running_server
 
 MAX_REGIONS = 4
@@ -317,3 +319,106 @@ def test_shared_memory_listeners_all_serves_it_on_tcp(
         assert status(tcp) == {"r": ("r", key, 0, 1024)}
         tcp.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
         assert status(tcp) == {}
+
+
+# Inference through the Python service (issue 15, item 5): with --log-verbose 1 the core's server
+# forwards every inference to Python, which logs each; the region is read and written by the core
+# all the same, given the registry only for a request from a listener that serves shared memory.
+ROW = 16 * 4  # one row of the simple example's INT32 [16] tensors
+
+
+@pytest.fixture(scope="module")
+def verbose_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("shm-verbose")
+    names = make_examples(root / "models")
+    with running_server(
+        root / "models",
+        names,
+        root,
+        "--log-verbose",
+        "1",
+        expected_errors=lambda r: False,
+    ) as running:
+        yield running
+
+
+def _shm(name: str, offset: int, byte_size: int) -> dict[str, pb.InferParameter]:
+    return {
+        "shared_memory_region": pb.InferParameter(string_param=name),
+        "shared_memory_offset": pb.InferParameter(int64_param=offset),
+        "shared_memory_byte_size": pb.InferParameter(int64_param=byte_size),
+    }
+
+
+def simple_in_shared_memory(region: str) -> pb.ModelInferRequest:
+    """INPUT0 at 0, INPUT1 at ROW, OUTPUT0 written at 2 * ROW, all in ``region``."""
+    request = pb.ModelInferRequest(model_name="simple", id="shm")
+    for i, name in enumerate(("INPUT0", "INPUT1")):
+        request.inputs.add(
+            name=name, datatype="INT32", shape=[1, 16], parameters=_shm(region, i * ROW, ROW)
+        )
+    request.outputs.add(name="OUTPUT0", parameters=_shm(region, 2 * ROW, ROW))
+    return request
+
+
+def inference_records(server: ServerProcess) -> list[dict[str, object]]:
+    return [r for r in server.records() if r.get("event") == "inference"]
+
+
+@pytest.mark.timeout(60)
+def test_forwarded_inference_reads_and_writes_the_region_on_the_unix_socket(
+    verbose_server: ServerProcess,
+) -> None:
+    obj = shared_memory.SharedMemory(create=True, size=3 * ROW)
+    try:
+        a = np.arange(16, dtype=np.int32)
+        b = np.full(16, 100, dtype=np.int32)
+        obj.buf[:ROW] = a.tobytes()
+        obj.buf[ROW : 2 * ROW] = b.tobytes()
+        with stub_on(f"unix:{verbose_server.unix_socket}") as unix:
+            register(unix, "io", obj.name, 0, 3 * ROW)
+            before = len(inference_records(verbose_server))
+            try:
+                answer = unix.ModelInfer(simple_in_shared_memory("io"), timeout=20)
+            finally:
+                unix.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
+        np.testing.assert_array_equal(
+            np.frombuffer(obj.buf[2 * ROW : 3 * ROW], dtype=np.int32), a + b
+        )
+        assert [o.name for o in answer.outputs] == ["OUTPUT0"]
+        assert list(answer.raw_output_contents) in ([], [b""])  # the bytes are in the region
+        # Python answered it (its verbose line), not the core's own path.
+        assert len(inference_records(verbose_server)) == before + 1
+    finally:
+        obj.close()
+        obj.unlink()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("forged", [False, True])
+def test_forwarded_inference_naming_a_region_on_tcp_is_refused(
+    verbose_server: ServerProcess, forged: bool
+) -> None:
+    """Over TCP (default listeners) Python is not given the registry, even for a client that
+    sends the core's own header itself."""
+    obj = shared_memory.SharedMemory(create=True, size=3 * ROW)
+    try:
+        with stub_on(f"unix:{verbose_server.unix_socket}") as unix:
+            register(unix, "io", obj.name, 0, 3 * ROW)
+            try:
+                with stub_on(verbose_server.url) as tcp:
+                    metadata = [("inferd-shared-memory", "1")] if forged else []
+                    code, message = refusal(
+                        lambda: tcp.ModelInfer(
+                            simple_in_shared_memory("io"), metadata=metadata, timeout=20
+                        )
+                    )
+            finally:
+                unix.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
+        assert code == grpc.StatusCode.PERMISSION_DENIED, message
+        assert "--shared-memory-listeners" in message
+        assert bytes(obj.buf[2 * ROW : 3 * ROW]) == bytes(ROW)  # nothing written
+        assert inference_records(verbose_server)[-1]["outcome"] == "PERMISSION_DENIED"
+    finally:
+        obj.close()
+        obj.unlink()
