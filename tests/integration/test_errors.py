@@ -186,9 +186,12 @@ def _typed(
     return request
 
 
-def _shared_memory() -> service_pb2.ModelInferRequest:
-    request = _simple_raw(bytes(64), bytes(64))
-    request.inputs[0].parameters["shared_memory_region"].string_param = "region"
+def _shared_memory(byte_size: int | None = None) -> service_pb2.ModelInferRequest:
+    request = _raw_request("simple", INPUT0=("INT32", [1, 16], bytes(64)))
+    request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+    request.inputs[1].parameters["shared_memory_region"].string_param = "region"
+    if byte_size is not None:
+        request.inputs[1].parameters["shared_memory_byte_size"].int64_param = byte_size
     return request
 
 
@@ -263,10 +266,16 @@ RAW_CASES: dict[str, tuple[Callable[[], object], grpc.StatusCode, list[str]]] = 
         grpc.StatusCode.INVALID_ARGUMENT,
         ["INPUT0"],
     ),
-    "shared-memory input": (
+    "shared-memory input without its byte size": (
         _shared_memory,
-        grpc.StatusCode.UNIMPLEMENTED,
-        ["INPUT0", "shared-memory"],
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["INPUT1", "'shared_memory_byte_size' must be given"],
+    ),
+    # These tests' server listens on TCP, where shared memory is not served by default.
+    "shared-memory input on TCP": (
+        lambda: _shared_memory(64),
+        grpc.StatusCode.PERMISSION_DENIED,
+        ["INPUT1", "not accepted on this listener"],
     ),
 }
 

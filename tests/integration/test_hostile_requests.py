@@ -490,8 +490,8 @@ CASES: dict[str, Hostile] = {
     "classification requested": Hostile(
         _simple(_output_parameter("classification")), UNIMPLEMENTED
     ),
-    "output to shared memory": Hostile(
-        _simple(_output_parameter("shared_memory_region")), UNIMPLEMENTED
+    "output to shared memory without its byte size": Hostile(
+        _simple(_output_parameter("shared_memory_region")), INVALID, ("shared_memory_byte_size",)
     ),
     # Parameters of the wrong type or range.
     "priority as a string": Hostile(

@@ -21,7 +21,7 @@ from inferd.batching import (
     parse_infer_request,
 )
 from inferd.datatypes import DATATYPES, Datatype
-from inferd.errors import InvalidArgument, Unimplemented
+from inferd.errors import InvalidArgument, PermissionDenied, Unimplemented
 from inferd.models import TensorSpec
 
 # The protocol's statement of which InferTensorContents field carries each datatype (FP16 and
@@ -207,9 +207,12 @@ def typed(datatype: str, shape: list[int], field: str, values: list[Any]) -> pb.
     return request
 
 
-def with_shared_memory() -> pb.ModelInferRequest:
-    request = typed("INT32", [1, 1], "int_contents", [1])
-    request.inputs[0].parameters["shared_memory_region"].string_param = "r"
+def with_shared_memory(byte_size: int | None = None) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="identity_int32")
+    tensor = request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 1])
+    tensor.parameters["shared_memory_region"].string_param = "r"
+    if byte_size is not None:
+        tensor.parameters["shared_memory_byte_size"].int64_param = byte_size
     return request
 
 
@@ -270,7 +273,18 @@ REFUSED: dict[str, tuple[Any, type[Exception], str, str]] = {
     ),
     "raw and typed together": (raw_and_typed, InvalidArgument, "INPUT0", "contents must not"),
     "raw count differs from inputs": (raw_count_mismatch, InvalidArgument, "2 entries", "1 inputs"),
-    "shared memory": (with_shared_memory, Unimplemented, "INPUT0", "shared-memory"),
+    "shared memory without its byte size": (
+        with_shared_memory,
+        InvalidArgument,
+        "INPUT0",
+        "'shared_memory_byte_size' must be given",
+    ),
+    "shared memory where the caller may not use it": (
+        lambda: with_shared_memory(4),
+        PermissionDenied,
+        "INPUT0",
+        "not accepted on this listener",
+    ),
     "classification": (classification, Unimplemented, "OUTPUT0", "classification"),
     "negative priority": (bad_priority, InvalidArgument, "priority", "non-negative"),
 }
