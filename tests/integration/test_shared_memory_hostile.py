@@ -288,7 +288,56 @@ def test_an_input_byte_size_that_disagrees_with_its_shape(
     assert "INPUT0" in message, message
 
 
-def _request(*, parameters: dict[str, Any], raw: list[bytes], contents: bool = False) -> Any:
+SHM_16 = {
+    "shared_memory_region": ("string_param", "r64"),
+    "shared_memory_byte_size": ("int64_param", 16),
+}
+
+# case: (the input's parameters, raw_input_contents, typed contents?, what the message names)
+MALFORMED: dict[str, tuple[dict[str, tuple[str, Any]], list[bytes], bool, str]] = {
+    "no byte size": (
+        {"shared_memory_region": ("string_param", "r64")},
+        [],
+        False,
+        "shared_memory_byte_size",
+    ),
+    "byte size as a string": (
+        {**SHM_16, "shared_memory_byte_size": ("string_param", "16")},
+        [],
+        False,
+        "shared_memory_byte_size",
+    ),
+    "region as a number": (
+        {**SHM_16, "shared_memory_region": ("int64_param", 1)},
+        [],
+        False,
+        "shared_memory_region",
+    ),
+    "offset as a string": (
+        {**SHM_16, "shared_memory_offset": ("string_param", "0")},
+        [],
+        False,
+        "shared_memory_offset",
+    ),
+    # Triton's rule: raw_input_contents holds only the inputs not in shared memory.
+    "raw contents for an input in shared memory": (
+        SHM_16,
+        [bytes(16)],
+        False,
+        "raw_input_contents",
+    ),
+    "typed contents for an input in shared memory": (SHM_16, [], True, "contents"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_malformed_shared_memory_parameters(
+    hostile_server: ServerProcess,
+    client: grpcclient.InferenceServerClient,
+    region64: Region,
+    case: str,
+) -> None:
+    parameters, raw, contents, named = MALFORMED[case]
     request = service_pb2.ModelInferRequest(model_name="identity_fp32")
     tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
     for key, (kind, value) in parameters.items():
@@ -296,69 +345,12 @@ def _request(*, parameters: dict[str, Any], raw: list[bytes], contents: bool = F
     if contents:
         tensor.contents.fp32_contents.extend([1.0, 2.0, 3.0, 4.0])
     request.raw_input_contents.extend(raw)
-    return request
-
-
-MALFORMED = {
-    "no byte size": ({"shared_memory_region": ("string_param", "r64")}, []),
-    "byte size as a string": (
-        {
-            "shared_memory_region": ("string_param", "r64"),
-            "shared_memory_byte_size": ("string_param", "16"),
-        },
-        [],
-    ),
-    "region as a number": (
-        {
-            "shared_memory_region": ("int64_param", 1),
-            "shared_memory_byte_size": ("int64_param", 16),
-        },
-        [],
-    ),
-    "offset as a string": (
-        {
-            "shared_memory_region": ("string_param", "r64"),
-            "shared_memory_byte_size": ("int64_param", 16),
-            "shared_memory_offset": ("string_param", "0"),
-        },
-        [],
-    ),
-    "raw contents for an input in shared memory": (
-        {
-            "shared_memory_region": ("string_param", "r64"),
-            "shared_memory_byte_size": ("int64_param", 16),
-        },
-        [bytes(16)],
-    ),
-}
-
-
-@pytest.mark.parametrize("case", [*MALFORMED, "contents for an input in shared memory"])
-def test_malformed_shared_memory_parameters(
-    hostile_server: ServerProcess,
-    client: grpcclient.InferenceServerClient,
-    region64: Region,
-    case: str,
-) -> None:
-    if case in MALFORMED:
-        parameters, raw = MALFORMED[case]
-        request = _request(parameters=parameters, raw=raw)
-    else:
-        request = _request(
-            parameters={
-                "shared_memory_region": ("string_param", "r64"),
-                "shared_memory_byte_size": ("int64_param", 16),
-            },
-            raw=[],
-            contents=True,
-        )
     with grpc.insecure_channel(f"unix://{hostile_server.unix_socket}") as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as raised:
             stub.ModelInfer(request, timeout=30)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value
-    assert raised.value.details(), "an error without a message"
-    print("MSG", case, "=>", raised.value.details())
+    assert named in raised.value.details(), raised.value.details()
 
 
 # --- the client's object changes under the server -------------------------------------------
