@@ -25,6 +25,7 @@ help:
 	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (60): what CI runs"
 	@echo "make fuzz-live      hypothesis against a live server, FUZZ_LIVE_EXAMPLES (5000) examples per test"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
+	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -151,6 +152,12 @@ fuzz-ci: fuzz-build
 
 bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)
+
+# Issue 15: raw bytes against system shared memory over the Unix socket, an identity FP32 model at
+# 64 KiB to 16 MiB, perf_analyzer at concurrency 4 (5-15 min).
+.PHONY: bench-shm
+bench-shm: build
+	$(PY) benchmarks/shared_memory.py --python $(PY)
 
 # The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
 # gpu-carry downloads (here) the CPython 3.12 wheels it lacks, copies GoogleTest's sources and
