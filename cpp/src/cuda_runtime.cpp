@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace inferd {
 namespace {
 
@@ -49,9 +52,28 @@ CudaRuntime::CudaRuntime() {
     host_alloc_ = host_alloc_fn;  // last: available() reads it
     device_count_ = devices;
     description_ = std::string(name) + " with " + std::to_string(devices) + " device(s)";
+    find_ipc(lib, name);
     return;
   }
   if (description_.empty()) description_ = "no CUDA runtime library (libcudart) found";
+  ipc_unavailable_ = description_;
+}
+
+// Optional: what CUDA shared memory needs beyond the rest. Its absence switches that off alone.
+void CudaRuntime::find_ipc(void* runtime, const char* runtime_name) {
+  if (!find(runtime, "cudaMemcpy", &memcpy_) || !find(runtime, "cudaIpcOpenMemHandle", &ipc_open_) ||
+      !find(runtime, "cudaIpcCloseMemHandle", &ipc_close_)) {
+    ipc_open_ = nullptr;
+    ipc_unavailable_ = std::string(runtime_name) + " lacks cudaMemcpy or cudaIpc{Open,Close}MemHandle";
+    return;
+  }
+  // The driver library the runtime itself loaded (never dlclose'd either).
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr || !find(driver, "cuMemGetAddressRange_v2", &address_range_)) {
+    ipc_open_ = nullptr;
+    ipc_unavailable_ =
+        "libcuda.so.1 with cuMemGetAddressRange_v2 not found: a client's allocation size cannot be checked";
+  }
 }
 
 std::string CudaRuntime::error_string(int code) const {
@@ -121,6 +143,39 @@ int CudaRuntime::event_synchronize(void* event) const { return available() ? eve
 
 int CudaRuntime::event_elapsed_ms(float* ms, void* start, void* end) const {
   return available() ? event_elapsed_(ms, start, end) : kUnavailable;
+}
+
+int CudaRuntime::memcpy_sync(int device, void* dst, const void* src, size_t size, CopyKind kind) const {
+  if (memcpy_ == nullptr) return kUnavailable;
+  const int status = set_device(device);
+  return status != 0 ? status : memcpy_(dst, src, size, static_cast<int>(kind));
+}
+
+int CudaRuntime::ipc_open(int device, const void* handle, void** ptr) const {
+  if (ipc_open_ == nullptr) return kUnavailable;
+  const int status = set_device(device);
+  if (status != 0) return status;
+  IpcHandle value;
+  std::memcpy(value.reserved, handle, kIpcHandleSize);
+  constexpr unsigned int kLazyEnablePeerAccess = 0x01;  // cudaIpcMemLazyEnablePeerAccess
+  return ipc_open_(ptr, value, kLazyEnablePeerAccess);
+}
+
+int CudaRuntime::ipc_close(int device, void* ptr) const {
+  if (ipc_close_ == nullptr) return kUnavailable;
+  const int status = set_device(device);
+  return status != 0 ? status : ipc_close_(ptr);
+}
+
+int CudaRuntime::allocation_range(int device, const void* ptr, const void** base, size_t* size) const {
+  if (address_range_ == nullptr) return kUnavailable;
+  // The driver API works on the current context: the device's primary one, made current here.
+  const int status = set_device(device);
+  if (status != 0) return status;
+  unsigned long long first = 0;
+  const int result = address_range_(&first, size, reinterpret_cast<uintptr_t>(ptr));
+  *base = reinterpret_cast<const void*>(static_cast<uintptr_t>(first));
+  return result;
 }
 
 }  // namespace inferd

@@ -17,9 +17,9 @@ std::string region_text(const SharedMemoryRegionStatus& d) { return "CUDA shared
 // Invariants: data() is the start of the client's allocation as opened on device_id, and
 // description().byte_size is within that allocation as the driver reported it at registration;
 // the mapping is closed (cudaIpcCloseMemHandle) exactly once, by the destructor, when the last
-// owner (the registry or a request's slice) lets go. The client cannot shrink a CUDA allocation
-// while it is mapped here (freeing it leaves this process's mapping valid), so there is nothing
-// to check at use.
+// owner (the registry or a request's slice) lets go. A CUDA allocation cannot be resized, so
+// there is nothing to check at use; a client that frees its allocation while it is registered is
+// exercised by benchmarks/gpu_check.py (the server must keep serving), not relied on here.
 class CudaRegion final : public SharedMemoryRegion {
  public:
   CudaRegion(SharedMemoryRegionStatus description, std::byte* data)

@@ -1,5 +1,8 @@
 #include "inferd/guarded_copy.h"
 
+#include <pthread.h>
+#include <ucontext.h>
+
 #include <atomic>
 #include <csetjmp>
 #include <csignal>
@@ -18,6 +21,11 @@ void on_sigbus(int signal, siginfo_t* info, void* context) {
   sigjmp_buf* copy = t_copy;
   if (copy != nullptr) {
     t_copy = nullptr;
+    // Back to the signal mask the copy ran with before the jump: sigsetjmp does not save it (a
+    // system call per copy), and SA_NODEFER keeps SIGBUS unblocked only while this is the handler
+    // the kernel called. Under a wrapper that calls it with signals blocked (ThreadSanitizer's),
+    // the next fault of this thread would otherwise find SIGBUS blocked and kill the process.
+    if (context != nullptr) pthread_sigmask(SIG_SETMASK, &static_cast<ucontext_t*>(context)->uc_sigmask, nullptr);
     siglongjmp(*copy, 1);
   }
   // Not a guarded copy's fault: what would have happened without us.

@@ -46,10 +46,27 @@ class CudaRuntime {
   int event_record(void* event, void* stream) const;
   int event_synchronize(void* event) const;
   int event_elapsed_ms(float* ms, void* start, void* end) const;
+  // A synchronous cudaMemcpy with `device` current: returns once the bytes are there.
+  int memcpy_sync(int device, void* dst, const void* src, size_t size, CopyKind kind) const;
+
+  // CUDA IPC, for memory another process exported (cudaIpcGetMemHandle). `handle` is a
+  // cudaIpcMemHandle_t: kIpcHandleSize opaque bytes. ipc_open maps it on `device`
+  // (cudaIpcOpenMemHandle with cudaIpcMemLazyEnablePeerAccess); ipc_close unmaps it.
+  static constexpr size_t kIpcHandleSize = 64;
+  int ipc_open(int device, const void* handle, void** ptr) const;
+  int ipc_close(int device, void* ptr) const;
+  // The allocation that holds `ptr` on `device`, as the driver knows it (cuMemGetAddressRange_v2
+  // from libcuda.so.1, which the runtime does not export): its first byte and its size. The one
+  // source of truth for a client's allocation size. Returns the driver's CUresult (0 = success;
+  // not the runtime's codes: error_string does not apply), -1 when the driver library is not there.
+  int allocation_range(int device, const void* ptr, const void** base, size_t* size) const;
+  // Whether ipc_open/ipc_close and allocation_range can work, or why not (empty when they can).
+  const std::string& ipc_unavailable() const { return ipc_unavailable_; }
 
  private:
   CudaRuntime();
   int set_device(int device) const;
+  void find_ipc(void* runtime, const char* runtime_name);
 
   using HostAllocFn = int (*)(void**, size_t, unsigned int);
   using PtrFn = int (*)(void*);
@@ -78,6 +95,17 @@ class CudaRuntime {
   PtrFn event_synchronize_ = nullptr;
   ElapsedFn event_elapsed_ = nullptr;
   ErrorStringFn error_string_ = nullptr;
+  struct IpcHandle {  // cudaIpcMemHandle_t's layout: passed by value
+    char reserved[kIpcHandleSize];
+  };
+  using IpcOpenFn = int (*)(void**, IpcHandle, unsigned int);
+  using MemcpyFn = int (*)(void*, const void*, size_t, int);
+  using AddressRangeFn = int (*)(unsigned long long*, size_t*, unsigned long long);  // CUdeviceptr
+  MemcpyFn memcpy_ = nullptr;
+  IpcOpenFn ipc_open_ = nullptr;
+  PtrFn ipc_close_ = nullptr;
+  AddressRangeFn address_range_ = nullptr;
+  std::string ipc_unavailable_;
   int device_count_ = 0;
   std::string description_;
 };
