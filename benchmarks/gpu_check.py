@@ -13,12 +13,25 @@ Throughput: rows/s at batch 1, 8, 32 and max (64), raw (the engine called in-pro
 and served (an inferd server subprocess with the model on that executor, driven through gRPC by
 ``--clients`` concurrent callers sending requests of that batch size), and their ratio.
 
+CUDA shared memory (issue 15): this process plays a Triton client. It allocates device memory
+(cudaMalloc through cupy's runtime bindings, else through the libcudart PyTorch loaded), exports
+it as a CUDA IPC handle (cudaIpcGetMemHandle), registers it with an inferd server over its Unix
+socket (CudaSharedMemoryRegister) and infers an identity model (FP32, on a CPU instance: the
+server copies through host memory) with the input, the output or both in the region; the values
+read back from the device must be the ones written. The refusals are checked too: a byte_size
+past the allocation's real size (asked of the driver), a handle that is not 64 bytes, a device
+that does not exist, a live name. Then one throughput row: 4 MiB in and out per request, raw
+bytes against CUDA shared memory, ``--clients`` callers. Without CUDA the check asks only that
+the server refuse CudaSharedMemoryRegister with UNIMPLEMENTED and say why.
+
     python benchmarks/gpu_check.py --out benchmarks/out/gpu-check [--seconds 2]
+    python benchmarks/gpu_check.py --only cuda-shared-memory     # that part alone
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -366,6 +379,393 @@ def served_rows_per_s(
         return sum(rows) / seconds
 
 
+# --- CUDA shared memory ---------------------------------------------------------------------------
+
+SHM_ELEMENTS = 1 << 20  # FP32 values per tensor: 4 MiB, the size of RESULTS.md's system shm row
+HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+
+
+class CupyRuntime:
+    """The CUDA runtime calls the client needs, through cupy's bindings (no cupy memory pool: each
+    allocation is its own cudaMalloc, so its IPC handle names exactly it, at offset 0)."""
+
+    def __init__(self) -> None:
+        import cupy.cuda.runtime as rt
+
+        self.rt = rt
+        self.name = f"cupy {__import__('cupy').__version__}"
+
+    def device_count(self) -> int:
+        return int(self.rt.getDeviceCount())
+
+    def malloc(self, device: int, size: int) -> int:
+        self.rt.setDevice(device)
+        return int(self.rt.malloc(size))
+
+    def free(self, ptr: int) -> None:
+        self.rt.free(ptr)
+
+    def ipc_handle(self, ptr: int) -> bytes:
+        return bytes(self.rt.ipcGetMemHandle(ptr))
+
+    def upload(self, ptr: int, array: np.ndarray) -> None:
+        self.rt.memcpy(ptr, array.ctypes.data, array.nbytes, self.rt.memcpyHostToDevice)
+
+    def download(self, ptr: int, out: np.ndarray) -> None:
+        self.rt.memcpy(out.ctypes.data, ptr, out.nbytes, self.rt.memcpyDeviceToHost)
+
+
+class TorchCudartRuntime(CupyRuntime):
+    """The same calls through ctypes on the libcudart PyTorch loaded (found in /proc/self/maps)."""
+
+    def __init__(self) -> None:  # no super().__init__(): no cupy here
+        import torch
+
+        torch.cuda.init()
+        maps = Path("/proc/self/maps").read_text().split()
+        paths = sorted({p for p in maps if "libcudart.so" in Path(p).name})
+        if not paths:
+            raise RuntimeError("PyTorch loaded no libcudart.so (statically linked?)")
+        self.lib = ctypes.CDLL(paths[0])
+        self.name = f"torch {torch.__version__}, {paths[0]}"
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            raise RuntimeError(f"{what}: CUDA error {code}")
+
+    def device_count(self) -> int:
+        count = ctypes.c_int()
+        self._check(self.lib.cudaGetDeviceCount(ctypes.byref(count)), "cudaGetDeviceCount")
+        return count.value
+
+    def malloc(self, device: int, size: int) -> int:
+        self._check(self.lib.cudaSetDevice(device), "cudaSetDevice")
+        ptr = ctypes.c_void_p()
+        self._check(self.lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size)), "cudaMalloc")
+        return int(ptr.value or 0)
+
+    def free(self, ptr: int) -> None:
+        self.lib.cudaFree(ctypes.c_void_p(ptr))
+
+    def ipc_handle(self, ptr: int) -> bytes:
+        handle = ctypes.create_string_buffer(HANDLE_BYTES)
+        self._check(
+            self.lib.cudaIpcGetMemHandle(handle, ctypes.c_void_p(ptr)), "cudaIpcGetMemHandle"
+        )
+        return handle.raw
+
+    def _copy(self, dst: int, src: int, size: int, kind: int) -> None:
+        copied = self.lib.cudaMemcpy(
+            ctypes.c_void_p(dst), ctypes.c_void_p(src), ctypes.c_size_t(size), kind
+        )
+        self._check(copied, "cudaMemcpy")
+
+    def upload(self, ptr: int, array: np.ndarray) -> None:
+        self._copy(ptr, array.ctypes.data, array.nbytes, 1)  # cudaMemcpyHostToDevice
+
+    def download(self, ptr: int, out: np.ndarray) -> None:
+        self._copy(out.ctypes.data, ptr, out.nbytes, 2)  # cudaMemcpyDeviceToHost
+
+
+def client_runtime() -> tuple[CupyRuntime | None, str]:
+    """A CUDA runtime for the client's side, or None and why there is none."""
+    reasons = []
+    for make in (CupyRuntime, TorchCudartRuntime):
+        try:
+            runtime = make()
+            if runtime.device_count() > 0:
+                return runtime, runtime.name
+            reasons.append(f"{make.__name__}: no CUDA device")
+        except Exception as e:  # ImportError, no driver, no device: each said in the report
+            reasons.append(f"{make.__name__}: {e!r}")
+    return None, "; ".join(reasons)
+
+
+def identity_onnx() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["b", "n"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["b", "n"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def shm_request(
+    pb: Any, values: np.ndarray, input_region: str | None, output_region: str | None
+) -> Any:
+    """ModelInferRequest for identity: INPUT0 raw or in ``input_region``, OUTPUT0 likewise."""
+    request = pb.ModelInferRequest(model_name="identity")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, values.size])
+    if input_region is None:
+        request.raw_input_contents.append(values.tobytes())
+    else:
+        tensor.parameters["shared_memory_region"].string_param = input_region
+        tensor.parameters["shared_memory_byte_size"].int64_param = values.nbytes
+    output = request.outputs.add(name="OUTPUT0")
+    if output_region is not None:
+        output.parameters["shared_memory_region"].string_param = output_region
+        output.parameters["shared_memory_byte_size"].int64_param = values.nbytes
+    return request
+
+
+def cuda_shared_memory(tmp: Path, seconds: float, clients: int) -> dict[str, Any]:
+    """The CUDA shared-memory checks and throughput row (see the module's docstring)."""
+    import grpc
+
+    import inferd._proto.grpc_service_pb2 as pb
+    import inferd._proto.grpc_service_pb2_grpc as pb_grpc
+    from inferd.batching import cuda_device_count, cuda_runtime_description
+
+    report: dict[str, Any] = {"checks": [], "throughput": []}
+    runtime, client = client_runtime()
+    server_gpus = cuda_device_count()
+    report["client"] = client
+    report["server_cuda"] = cuda_runtime_description()
+
+    def check(name: str, ok: bool, detail: str = "") -> None:
+        report["checks"].append({"check": name, "ok": bool(ok), "detail": detail})
+        print(f"cuda shm  {name:58s} {'ok' if ok else 'FAIL'} {detail}")
+
+    repository = tmp / "shm-models"
+    (repository / "identity" / "1").mkdir(parents=True)
+    (repository / "identity" / "1" / "model.onnx").write_bytes(identity_onnx())
+    (repository / "identity" / "config.pbtxt").write_text(
+        "max_batch_size: 8\n"
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }]\n'
+        "instance_group [{ kind: KIND_CPU }]\n"
+    )
+    socket = tmp / "inferd-shm.sock"
+    command = harness.inferd_command(
+        sys.executable,
+        repository,
+        ["--grpc-unix-socket", str(socket), "--metrics-port", "-1", "--shared-memory", "all"],
+    )
+    server = harness.start_server(command, tmp / "server-cuda-shm.log", timeout=120)
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    allocations: list[int] = []
+    with (
+        harness.running(server),
+        grpc.insecure_channel(f"unix://{socket}", options=options) as channel,
+    ):
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+
+        def register(name: str, handle: bytes, device: int, size: int) -> grpc.StatusCode:
+            try:
+                stub.CudaSharedMemoryRegister(
+                    pb.CudaSharedMemoryRegisterRequest(
+                        name=name, raw_handle=handle, device_id=device, byte_size=size
+                    ),
+                    timeout=30,
+                )
+                return grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                report.setdefault("messages", {})[name] = e.details()
+                return e.code()
+
+        if runtime is None or not server_gpus:
+            why = (
+                client
+                if runtime is None
+                else f"the server sees no CUDA device ({report['server_cuda']})"
+            )
+            report["not_run"] = why
+            code = register("no-cuda", bytes(HANDLE_BYTES), 0, 16)
+            message = report.get("messages", {}).get("no-cuda", "")
+            check(
+                "no CUDA: register answers UNIMPLEMENTED, saying why",
+                code == grpc.StatusCode.UNIMPLEMENTED
+                and "needs the CUDA runtime and a GPU" in message,
+                f"{code.name}: {message}",
+            )
+            return report
+        try:
+            nbytes = SHM_ELEMENTS * 4
+
+            def allocate() -> int:
+                ptr = runtime.malloc(0, nbytes)
+                allocations.append(ptr)
+                return ptr
+
+            src, dst = allocate(), allocate()
+            code_in = register("input", runtime.ipc_handle(src), 0, nbytes)
+            code_out = register("output", runtime.ipc_handle(dst), 0, nbytes)
+            check(
+                "register an input and an output region",
+                code_in == code_out == grpc.StatusCode.OK,
+                f"{code_in.name}, {code_out.name}",
+            )
+            status = stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=30)
+            listed = {name: (r.device_id, r.byte_size) for name, r in status.regions.items()}
+            check(
+                "status lists both, device 0, their sizes",
+                listed == {"input": (0, nbytes), "output": (0, nbytes)},
+                repr(listed),
+            )
+
+            rng = np.random.default_rng()
+            for input_region, output_region in (
+                ("input", "output"),
+                ("input", None),
+                (None, "output"),
+            ):
+                values = rng.standard_normal(SHM_ELEMENTS).astype(np.float32)
+                runtime.upload(src, values)
+                runtime.upload(dst, np.zeros_like(values))
+                answer = stub.ModelInfer(
+                    shm_request(pb, values, input_region, output_region), timeout=60
+                )
+                got = np.empty_like(values)
+                if output_region is None:
+                    got = np.frombuffer(answer.raw_output_contents[0], np.float32)
+                else:
+                    runtime.download(dst, got)
+                    # Triton's answer for an output in shared memory: no bytes in the response.
+                    if any(answer.raw_output_contents):
+                        got = np.zeros_like(values)
+                where = f"input {'in ' + input_region if input_region else 'raw'}, " + (
+                    f"output {'in ' + output_region if output_region else 'raw'}"
+                )
+                check(
+                    f"identity, {where}: the values come back",
+                    np.array_equal(got, values),
+                    f"{int(np.sum(got != values))} of {values.size} differ",
+                )
+
+            # Refusals: each a clear status, and the server still serves.
+            small = allocate()
+            handle = runtime.ipc_handle(small)
+            code = register("too-big", handle, 0, nbytes + 1)
+            check(
+                "byte_size past the allocation (driver's size): INVALID_ARGUMENT",
+                code == grpc.StatusCode.INVALID_ARGUMENT,
+                f"{code.name}: {report.get('messages', {}).get('too-big', '')}",
+            )
+            code = register("short-handle", handle[:-1], 0, 16)
+            check(
+                "a 63-byte handle: INVALID_ARGUMENT",
+                code == grpc.StatusCode.INVALID_ARGUMENT,
+                code.name,
+            )
+            code = register("no-device", handle, server_gpus, 16)
+            check(
+                "a device the server does not have: INVALID_ARGUMENT",
+                code == grpc.StatusCode.INVALID_ARGUMENT,
+                code.name,
+            )
+            code = register("input", handle, 0, 16)
+            check("a live name: ALREADY_EXISTS", code == grpc.StatusCode.ALREADY_EXISTS, code.name)
+            stub.CudaSharedMemoryUnregister(
+                pb.CudaSharedMemoryUnregisterRequest(name="input"), timeout=30
+            )
+            try:
+                stub.ModelInfer(
+                    shm_request(pb, np.zeros(16, np.float32), "input", None), timeout=60
+                )
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                code = e.code()
+            check(
+                "infer naming an unregistered region: INVALID_ARGUMENT",
+                code == grpc.StatusCode.INVALID_ARGUMENT,
+                code.name,
+            )
+            stub.CudaSharedMemoryUnregister(pb.CudaSharedMemoryUnregisterRequest(), timeout=30)
+            status = stub.CudaSharedMemoryStatus(pb.CudaSharedMemoryStatusRequest(), timeout=30)
+            check(
+                "unregister with no name removes every region",
+                not status.regions,
+                repr(dict(status.regions)),
+            )
+
+            # Throughput: each caller its own input and output allocation, raw against CUDA shm.
+            values = np.random.default_rng(1).standard_normal(SHM_ELEMENTS).astype(np.float32)
+            requests = {"raw": [shm_request(pb, values, None, None)] * clients, "cuda shm": []}
+            for c in range(clients):
+                a, b = allocate(), allocate()
+                runtime.upload(a, values)
+                ok = register(f"in{c}", runtime.ipc_handle(a), 0, nbytes) == grpc.StatusCode.OK
+                ok &= register(f"out{c}", runtime.ipc_handle(b), 0, nbytes) == grpc.StatusCode.OK
+                if not ok:
+                    raise RuntimeError(
+                        f"registering caller {c}'s regions failed: {report.get('messages')}"
+                    )
+                requests["cuda shm"].append(shm_request(pb, values, f"in{c}", f"out{c}"))
+            for mode, per_client in requests.items():
+                row = {
+                    "mode": mode,
+                    "bytes_per_tensor": nbytes,
+                    "clients": clients,
+                    **measure_infer(stub, per_client, seconds),
+                }
+                report["throughput"].append(row)
+                print(f"cuda shm  throughput {row}")
+            raw_rate = report["throughput"][0]["infer_per_s"]
+            report["shm_over_raw"] = (
+                report["throughput"][1]["infer_per_s"] / raw_rate if raw_rate else None
+            )
+            # Last (a sticky CUDA error in the server would spoil what follows): a client that
+            # frees its allocation while it is registered. The request completes or fails with a
+            # status, and the server goes on serving.
+            freed = allocations.pop(allocations.index(small))
+            runtime.upload(freed, np.arange(16, dtype=np.float32))
+            code = register("freed", runtime.ipc_handle(freed), 0, 64)
+            runtime.free(freed)
+            try:
+                stub.ModelInfer(
+                    shm_request(pb, np.zeros(16, np.float32), "freed", None), timeout=60
+                )
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                code = e.code()
+            values = np.arange(SHM_ELEMENTS, dtype=np.float32)
+            runtime.upload(src, values)
+            register("input", runtime.ipc_handle(src), 0, nbytes)
+            answer = stub.ModelInfer(shm_request(pb, values, "input", None), timeout=60)
+            served = np.array_equal(
+                np.frombuffer(answer.raw_output_contents[0], np.float32), values
+            )
+            check(
+                "client frees a registered allocation: a status, then still serving",
+                code != grpc.StatusCode.UNKNOWN and served,
+                f"infer on the freed region: {code.name}",
+            )
+        except Exception as e:  # reported: the rest of the GPU check goes on
+            check("CUDA shared memory", False, repr(e))
+        finally:
+            for ptr in allocations:
+                runtime.free(ptr)
+    return report
+
+
+def measure_infer(stub: Any, per_client: list[Any], seconds: float) -> dict[str, float]:
+    """infer/s and p50 latency of len(per_client) callers, each sending its request in a loop."""
+    latencies: list[list[float]] = [[] for _ in per_client]
+    stop = time.monotonic() + seconds + 1.0
+
+    def call(index: int) -> None:
+        stub.ModelInfer(per_client[index], timeout=60)  # warm-up
+        begin = time.monotonic() + 1.0  # measured after a second of load
+        while (now := time.monotonic()) < stop:
+            stub.ModelInfer(per_client[index], timeout=60)
+            if now >= begin:
+                latencies[index].append(time.monotonic() - now)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(per_client))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = sorted(x for per in latencies for x in per)
+    return {
+        "infer_per_s": len(every) / seconds,
+        "p50_ms": every[len(every) // 2] * 1e3 if every else float("nan"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -374,12 +774,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="per throughput figure")
     parser.add_argument("--clients", type=int, default=4, help="concurrent gRPC callers")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument(
+        "--only", choices=("executors", "cuda-shared-memory"), help="run that part alone"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",")]
     models = make_models(np.random.default_rng(int(time.time())))  # fresh weights each run
     rng = np.random.default_rng(int(time.time() * 1000) % 2**32)  # and fresh inputs
-    all_engines = engines()
+    all_engines = engines() if args.only != "cuda-shared-memory" else []
     correctness: list[dict[str, Any]] = []
     throughput: list[dict[str, Any]] = []
     failed = False
@@ -426,7 +829,14 @@ def main() -> int:
                             failed = True
                     throughput.append(row)
                     print(f"      batch {batch:3d}: {row}")
-    report = {"correctness": correctness, "throughput": throughput}
+        shm: dict[str, Any] = {"not_run": "--only executors"}
+        if args.only != "executors":
+            try:
+                shm = cuda_shared_memory(Path(tmp), args.seconds, args.clients)
+            except Exception as e:  # the server did not start, say: reported, and a failure
+                shm = {"checks": [{"check": "CUDA shared memory", "ok": False, "detail": repr(e)}]}
+            failed |= not all(c["ok"] for c in shm.get("checks", []))
+    report = {"correctness": correctness, "throughput": throughput, "cuda_shared_memory": shm}
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2))
     (args.out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report))
@@ -463,7 +873,36 @@ def markdown(report: dict[str, Any]) -> str:
                 else f"{r.get('served_error', '-')} | |"
             )
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + shm_markdown(report["cuda_shared_memory"])) + "\n"
+
+
+def shm_markdown(shm: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "CUDA shared memory (identity model, FP32, CPU instance; over the Unix socket)",
+        "",
+    ]
+    if "client" in shm:
+        lines += [f"client: {shm['client']}; server: {shm.get('server_cuda', '?')}", ""]
+    if "not_run" in shm:
+        lines += [f"not run: {shm['not_run']}", ""]
+    lines += ["| check | ok | detail |", "|---|---|---|"]
+    for c in shm.get("checks", []):
+        lines.append(f"| {c['check']} | {'yes' if c['ok'] else 'NO'} | {c['detail'][:200]} |")
+    if shm.get("throughput"):
+        lines += [
+            "",
+            "| tensors | bytes per tensor | clients | infer/s | p50 ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in shm["throughput"]:
+            lines.append(
+                f"| {r['mode']} | {r['bytes_per_tensor']} | {r['clients']} | "
+                f"{r['infer_per_s']:.1f} | {r['p50_ms']:.2f} |"
+            )
+        if shm.get("shm_over_raw"):
+            lines += ["", f"CUDA shm / raw infer/s: {shm['shm_over_raw']:.2f}"]
+    return lines
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 #    exercise real streams, device memory, copies, events and copy-engine overlap); 3. runs
 #    benchmarks/gpu_check.py: the correctness table (each GPU executor against a float64 CPU
 #    reference) and the throughput table (served through gRPC against the raw engine at batch 1, 8,
-#    32 and max), naming every executor it could not run and why. Everything goes to GPU_CHECK_OUT.
+#    32 and max), naming every executor it could not run and why, and the CUDA shared-memory check
+#    (a client's cudaMalloc'd memory registered by IPC handle: correctness, refusals, raw against
+#    CUDA shm throughput). Everything goes to GPU_CHECK_OUT.
 # Exits non-zero only when something that ran failed; absent packages are reported, not failures.
 set -uo pipefail
 cd "$(dirname "$0")/.."
