@@ -1,13 +1,20 @@
 // libFuzzer target for the request path of the core: parse_infer_request on the raw bytes, then
-// build_inference_request against a fixed model signature, then InferResponseWriter over fake
-// outputs and stream_error_response. Built by -DINFERD_FUZZ=ON with clang, ASan and UBSan (see the
-// INFERD_FUZZ block of CMakeLists.txt); run by `make fuzz` and `make fuzz-ci`.
+// build_inference_request against a fixed model signature (once without shared memory, once with
+// a registry holding one small system region, "region0", that tensors may name), then
+// InferResponseWriter over fake outputs and stream_error_response. Built by -DINFERD_FUZZ=ON with clang, ASan and UBSan
+// (see the INFERD_FUZZ block of CMakeLists.txt); run by `make fuzz` and `make fuzz-ci`.
 //
 // Besides the sanitizers' findings, the harness aborts when an invariant of the core breaks:
 // a built request whose tensors do not match their own shapes, a response writer that leaves a
-// byte of its size() unwritten, or an answer that does not parse back to what was written.
+// byte of its size() unwritten, an answer that does not parse back to what was written, a request
+// that builds without shared memory but not with it, or a shared-memory slice outside its region.
 // Every allocation is freed before the call returns (libFuzzer's leak check stays on).
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +30,7 @@
 #include "inferd/infer_response_writer.h"
 #include "inferd/inference_request.h"
 #include "inferd/model_signature.h"
+#include "inferd/shared_memory.h"
 #include "inferd/tensor.h"
 #include "inferd/wire_format.h"
 
@@ -135,6 +143,53 @@ const std::shared_ptr<const ModelSignature>& pick(std::string_view model_name, u
   return signatures()[first_byte % signatures().size()];
 }
 
+// The registry requests may name shared memory in: one system region, "region0", of
+// kRegionBytes, over an object unlinked at once (the registry keeps its descriptor and mapping),
+// so that nothing is left in /dev/shm. Each run fills it from the run's own bytes (deterministic:
+// the same input finds the same region), which BYTES inputs in shared memory are parsed from.
+constexpr uint64_t kRegionBytes = 4096;
+constexpr const char* kRegionName = "region0";
+
+const inferd::SharedMemoryRegistry& shared_memory() {
+  static const std::unique_ptr<inferd::SharedMemoryRegistry> registry = [] {
+    auto out = std::make_unique<inferd::SharedMemoryRegistry>();
+    const std::string key = "/inferd-fuzz-" + std::to_string(getpid());
+    const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(kRegionBytes)) != 0) fail("cannot create a shared-memory object");
+    close(fd);
+    const inferd::Status status = out->register_system(kRegionName, key, 0, kRegionBytes);
+    shm_unlink(key.c_str());
+    if (!status.ok()) fail(status.message.c_str());
+    return out;
+  }();
+  return *registry;
+}
+
+void fill_region(const uint8_t* data, size_t size) {
+  inferd::SharedMemorySlice region;
+  FUZZ_CHECK(shared_memory().slice(kRegionName, 0, kRegionBytes, &region).ok());
+  std::vector<std::byte> bytes(kRegionBytes);
+  if (size > 0) std::memcpy(bytes.data(), data, std::min<size_t>(size, kRegionBytes));
+  std::string error;
+  FUZZ_CHECK(inferd::copy_to_slice(region, bytes.data(), bytes.size(), &error));
+}
+
+// Whether [data, data + size) lies within region0's mapping.
+bool within_region(const std::byte* data, size_t size) {
+  inferd::SharedMemorySlice region;
+  FUZZ_CHECK(shared_memory().slice(kRegionName, 0, kRegionBytes, &region).ok());
+  return data >= region.data && size <= kRegionBytes &&
+         data - region.data <= static_cast<ptrdiff_t>(kRegionBytes - size);
+}
+
+// The shared-memory output of `index`, if the request asked for one.
+const inferd::SharedMemoryOutput* shared_memory_output(const inferd::InferenceRequest& request, uint32_t index) {
+  for (const auto& target : request.shared_memory_outputs) {
+    if (target.output == index) return &target;
+  }
+  return nullptr;
+}
+
 // Walks a serialized message; returns false unless it is a well-formed sequence of fields.
 bool well_formed(std::string_view bytes) {
   inferd::WireReader reader(bytes);
@@ -169,8 +224,12 @@ std::vector<std::string_view> fields(std::string_view message, uint32_t wanted) 
 // writer left out differs between them. Then reads the answer back.
 void check_writer(const inferd::InferenceRequest& request, const std::vector<inferd::Tensor>& outputs, bool stream) {
   const inferd::InferResponseWriter writer(request, outputs, stream);
-  // The fake outputs are the built inputs, whose shapes passed the same reshape: always writable.
-  FUZZ_CHECK(writer.error().empty());
+  // The fake outputs are the built inputs, whose shapes passed the same reshape: always writable,
+  // unless a shared-memory slice the request gave is too small for its output.
+  if (!writer.status().ok()) {
+    FUZZ_CHECK(writer.status().code == inferd::StatusCode::kInvalidArgument && !request.shared_memory_outputs.empty());
+    return;
+  }
   const size_t size = writer.size();
   std::unique_ptr<std::byte[]> a(new std::byte[size]);
   std::unique_ptr<std::byte[]> b(new std::byte[size]);
@@ -199,6 +258,18 @@ void check_writer(const inferd::InferenceRequest& request, const std::vector<inf
     const uint32_t index = request.requested_outputs.empty() ? static_cast<uint32_t>(i) : request.requested_outputs[i];
     const inferd::Tensor& t = outputs[index];
     FUZZ_CHECK(well_formed(tensors[i]));
+    if (const inferd::SharedMemoryOutput* target = shared_memory_output(request, index)) {
+      // Written into the region (an empty raw entry here), unless a later output overlapped it.
+      FUZZ_CHECK(raw[i].empty());
+      FUZZ_CHECK(t.byte_size <= target->slice.size);
+      bool overlapped = false;
+      for (const auto& other : request.shared_memory_outputs) {
+        overlapped |= &other != target && other.slice.data < target->slice.data + t.byte_size &&
+                      target->slice.data < other.slice.data + other.slice.size;
+      }
+      FUZZ_CHECK(overlapped || t.byte_size == 0 || std::memcmp(target->slice.data, t.data, t.byte_size) == 0);
+      continue;
+    }
     FUZZ_CHECK(raw[i].size() == t.byte_size);
     FUZZ_CHECK(t.byte_size == 0 || std::memcmp(raw[i].data(), t.data, t.byte_size) == 0);
     const auto names = fields(tensors[i], 1);
@@ -235,18 +306,38 @@ void check_built(const ModelSignature& model, const inferd::InferenceRequest& re
     FUZZ_CHECK(t.dtype == model.inputs[i].dtype);
     FUZZ_CHECK(!t.absent || model.inputs[i].optional);
     FUZZ_CHECK(inferd::validate_tensor(t).ok());
+    if (t.client_memory != nullptr) {
+      FUZZ_CHECK(t.data == t.client_memory->data && t.byte_size == t.client_memory->size);
+      FUZZ_CHECK(within_region(t.data, t.byte_size));
+    }
     if (!t.absent && model.max_batch_size > 0) FUZZ_CHECK(!t.shape.empty() && t.shape[0] == request.batch_size);
   }
   for (uint32_t index : request.requested_outputs) FUZZ_CHECK(index < model.outputs.size());
+  for (const auto& target : request.shared_memory_outputs) {
+    FUZZ_CHECK(std::find(request.requested_outputs.begin(), request.requested_outputs.end(), target.output) !=
+               request.requested_outputs.end());
+    FUZZ_CHECK(within_region(target.slice.data, target.slice.size));
+  }
 }
 
 // Every model output, in model order: input i's tensor where its datatype matches (each
-// model mirrors its inputs), else an empty tensor of the output's datatype.
+// model mirrors its inputs), else an empty tensor of the output's datatype. An input in shared
+// memory is copied out first (copy_from_slice), as the batch's gather does: an executor's
+// outputs are never the client's region.
 std::vector<inferd::Tensor> fake_outputs(const ModelSignature& model, const inferd::InferenceRequest& request) {
   std::vector<inferd::Tensor> outputs;
   for (size_t i = 0; i < model.outputs.size(); ++i) {
     if (i < request.inputs.size() && request.inputs[i].dtype == model.outputs[i].dtype) {
-      outputs.push_back(request.inputs[i]);
+      inferd::Tensor tensor = request.inputs[i];
+      if (tensor.client_memory != nullptr) {
+        auto copy = std::make_shared<std::vector<std::byte>>(tensor.byte_size);
+        std::string error;
+        FUZZ_CHECK(inferd::copy_from_slice(copy->data(), *tensor.client_memory, tensor.byte_size, &error));
+        tensor.data = copy->data();
+        tensor.owner = copy;
+        tensor.client_memory = nullptr;
+      }
+      outputs.push_back(std::move(tensor));
     } else {
       inferd::Tensor empty;
       empty.dtype = model.outputs[i].dtype;
@@ -273,8 +364,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::shared_ptr<const ModelSignature>& signature = pick(parsed.model_name, size > 0 ? data[0] : 0);
+  // Where shared memory is not allowed (a listener without it): refused, never read.
+  inferd::InferenceRequest without;
+  const inferd::Status refused = inferd::build_inference_request(signature, parsed, bytes, &without, nullptr);
+  FUZZ_CHECK(refused.ok() || refused.code == inferd::StatusCode::kInvalidArgument ||
+             refused.code == inferd::StatusCode::kUnimplemented ||
+             refused.code == inferd::StatusCode::kPermissionDenied);
+  if (!refused.ok()) check_stream_error(refused.message, parsed.id);
+
+  fill_region(data, size);
   inferd::InferenceRequest request;
-  status = inferd::build_inference_request(signature, parsed, bytes, &request);
+  status = inferd::build_inference_request(signature, parsed, bytes, &request, &shared_memory());
+  // What builds without shared memory builds the same with it.
+  FUZZ_CHECK(!refused.ok() || status.ok());
   if (!status.ok()) {
     FUZZ_CHECK(status.code == inferd::StatusCode::kInvalidArgument ||
                status.code == inferd::StatusCode::kUnimplemented);

@@ -248,13 +248,60 @@ def seeds() -> dict[str, bytes]:
         set_parameter(r.parameters, "sequence_end", not start)
         put(f"batch_int32_stream_{i}", r)
 
-    # Refused with UNIMPLEMENTED: shared memory, classification.
-    r = Request(model_name="batch_int32")
-    t = add_input(r, "INPUT0", "INT32", [1, 16])
-    set_parameter(t.parameters, "shared_memory_region", "region0")
-    set_parameter(t.parameters, "shared_memory_byte_size", 64)
-    set_parameter(t.parameters, "shared_memory_offset", 0)
-    put("batch_int32_refused_shared_memory", r)
+    # Shared memory: the harness registers one system region, "region0" (4096 bytes, filled from
+    # the request's own bytes). Inputs and outputs in it, mixed with raw inputs (raw_input_contents
+    # then holds only the others), and the refusals around it.
+    def in_region(tensor: Any, size: int, offset: Any = None, region: Any = "region0") -> None:
+        set_parameter(tensor.parameters, "shared_memory_region", region)
+        set_parameter(tensor.parameters, "shared_memory_byte_size", size)
+        if offset is not None:
+            set_parameter(tensor.parameters, "shared_memory_offset", offset)
+
+    r = Request(model_name="batch_int32", id="shm-mixed")
+    in_region(add_input(r, "INPUT0", "INT32", [1, 16]), 64, 0)
+    add_input(r, "INPUT1", "INT32", [1, 16])
+    r.raw_input_contents.append(raw("INT32", flat[:16]))
+    in_region(r.outputs.add(name="OUTPUT0"), 64, ("uint64", 1024))
+    r.outputs.add(name="OUTPUT1")
+    put("batch_int32_shared_memory_mixed", r)
+    r = Request(model_name="batch_int32", id="shm-all")
+    in_region(add_input(r, "INPUT0", "INT32", [2, 16]), 128, 128)
+    in_region(add_input(r, "INPUT1", "INT32", [2, 16]), 128, 256)
+    in_region(r.outputs.add(name="OUTPUT0"), 128, 2048)
+    in_region(r.outputs.add(name="OUTPUT1"), 128, 4096 - 128)
+    put("batch_int32_shared_memory_all", r)
+    r = Request(model_name="bytes_text", id="shm-bytes")
+    in_region(add_input(r, "TEXT", "BYTES", [1, 3]), 12, 4000)
+    put("bytes_text_shared_memory", r)
+    r = Request(model_name="all_types", id="shm-fp64")
+    in_region(add_input(r, "FP64", "FP64", [1, 3]), 24, 8)
+    in_region(r.outputs.add(name="OUT_FP64"), 24, 512)
+    put("all_types_shared_memory_fp64", r)
+    refusals: dict[str, tuple[int, Any, Any]] = {
+        "unknown_region": (64, 0, "no-such-region"),
+        "past_the_end": (64, 4096 - 32, "region0"),
+        "offset_overflow": (64, ("uint64", 2**64 - 16), "region0"),
+        "negative_offset": (64, -1, "region0"),
+        "too_small": (60, 0, "region0"),
+        "region_not_a_string": (64, 0, 7),
+    }
+    for name, (size, offset, region) in refusals.items():
+        r = Request(model_name="batch_int32")
+        in_region(add_input(r, "INPUT0", "INT32", [1, 16]), size, offset, region)
+        add_input(r, "INPUT1", "INT32", [1, 16], flat[:16])
+        put(f"batch_int32_refused_shared_memory_{name}", r)
+    r = Request(model_name="batch_int32")  # raw contents for an input in shared memory too
+    in_region(add_input(r, "INPUT0", "INT32", [1, 16]), 64)
+    add_input(r, "INPUT1", "INT32", [1, 16])
+    r.raw_input_contents.extend([raw("INT32", flat[:16]), raw("INT32", flat[16:])])
+    put("batch_int32_refused_shared_memory_raw_count", r)
+    r = Request(model_name="batch_int32")  # an output slice too small for its output
+    add_input(r, "INPUT0", "INT32", [1, 16], flat[:16])
+    add_input(r, "INPUT1", "INT32", [1, 16], flat[:16])
+    in_region(r.outputs.add(name="OUTPUT0"), 16, 0)
+    put("batch_int32_refused_shared_memory_output_too_small", r)
+
+    # Refused with UNIMPLEMENTED: classification.
     r = Request(model_name="batch_int32")
     add_input(r, "INPUT0", "INT32", [1, 16], flat[:16])
     add_input(r, "INPUT1", "INT32", [1, 16], flat[:16])
