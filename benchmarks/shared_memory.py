@@ -81,6 +81,53 @@ def machine_busy_ticks() -> tuple[int, int]:
     return total - fields[3] - fields[4], total
 
 
+# --- user and kernel CPU, and page faults, per thread group -------------------------------------
+
+KERNEL_GROUPS = ("grpc", "worker")  # where the bytes are handled; the others are ~0 here
+
+
+def thread_counters(pid: int) -> dict[int, tuple[str, int, int, int]]:
+    """tid -> (thread group, utime ticks, stime ticks, minor page faults) of a live process."""
+    counters: dict[int, tuple[str, int, int, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended while we read
+        close = text.rindex(")")
+        comm = text[text.index("(") + 1 : close]
+        fields = text[close + 2 :].split()  # fields[0] is field 3: minflt 10, utime 14, stime 15
+        group = server_usage.thread_group(int(task.name), pid, comm)
+        counters[int(task.name)] = (group, int(fields[11]), int(fields[12]), int(fields[7]))
+    return counters
+
+
+def kernel_split(
+    start: dict[int, tuple[str, int, int, int]],
+    end: dict[int, tuple[str, int, int, int]],
+    inferences: int | None,
+) -> dict[str, dict[str, float]]:
+    """Per thread group and inference: user µs, kernel (system) µs and minor page faults."""
+    if not inferences:
+        return {}
+    totals: dict[str, list[int]] = {}
+    for tid, (group, utime, stime, minflt) in end.items():
+        before = start.get(tid, (group, 0, 0, 0))
+        sums = totals.setdefault(group, [0, 0, 0])
+        sums[0] += utime - before[1]
+        sums[1] += stime - before[2]
+        sums[2] += minflt - before[3]
+    tick_us = 1e6 / server_usage.CLK_TCK
+    return {
+        group: {
+            "user_us": u * tick_us / inferences,
+            "system_us": k * tick_us / inferences,
+            "minor_faults": f / inferences,
+        }
+        for group, (u, k, f) in totals.items()
+    }
+
+
 @dataclass(frozen=True)
 class Window:
     """What one perf_analyzer run measured, with the server's and the machine's CPU around it."""
@@ -91,6 +138,7 @@ class Window:
     usage: dict[str, Any]
     machine_cores: float
     load_average: list[float]
+    kernel: dict[str, dict[str, float]]
 
     def row(self) -> dict[str, Any]:
         summary = self.result.summary()
@@ -119,6 +167,7 @@ class Window:
             "machine_cores": self.machine_cores,
             "other_cores": max(0.0, self.machine_cores - server - load_generator),
             "load_average": self.load_average,
+            "kernel_split": self.kernel,
             "usage_error": usage.get("error"),
         }
 
@@ -210,9 +259,11 @@ def measure(
     while True:
         log = out / "logs" / f"{mode}-{size_kib}KiB-{attempt}.log"
         start = server_usage.sample(server.pid, statistics, MODEL)
+        counters0 = thread_counters(server.pid)
         busy0, total0 = machine_busy_ticks()
         result = run_pa(pa, socket, size_kib, mode, args, log, stability)
         busy1, total1 = machine_busy_ticks()
+        counters1 = thread_counters(server.pid)
         end = server_usage.sample(server.pid, statistics, MODEL)
         if result.error is None or attempt >= len(args.retry_stability):
             break
@@ -225,7 +276,8 @@ def measure(
     machine_cores = (busy1 - busy0) / max(1, total1 - total0) * cpus
     result.extra["attempts"] = attempt + 1
     result.extra["stability_percentage"] = stability
-    return Window(size_kib, mode, result, usage, machine_cores, list(os.getloadavg()))
+    kernel = kernel_split(counters0, counters1, usage.get("inferences"))
+    return Window(size_kib, mode, result, usage, machine_cores, list(os.getloadavg()), kernel)
 
 
 def describe(row: dict[str, Any]) -> str:
@@ -360,6 +412,29 @@ def markdown(report: dict[str, Any]) -> str:
             + " | ".join(number(per.get(g)) for g in groups)
             + " |"
         )
+    lines += [
+        "",
+        "User and kernel CPU (µs) and minor page faults per inference, by thread group "
+        "(/proc/PID/task/TID/stat utime, stime, minflt):",
+        "",
+        "| size | mode | "
+        + " | ".join(f"{g} user | {g} kernel | {g} faults" for g in KERNEL_GROUPS)
+        + " |",
+        "|---|---|" + "---|---|---|" * len(KERNEL_GROUPS),
+    ]
+    for r in rows:
+        if r["error"] or not r["kernel_split"]:
+            continue
+        cells = []
+        for g in KERNEL_GROUPS:
+            split = r["kernel_split"].get(g, {})
+            faults = split.get("minor_faults")
+            cells += [
+                number(split.get("user_us")),
+                number(split.get("system_us")),
+                "—" if faults is None else f"{faults:.1f}",
+            ]
+        lines.append(f"| {size_name(r['size_kib'])} | {r['mode']} | " + " | ".join(cells) + " |")
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     for t in report["targets"]:
         value = "—" if t["value"] is None else f"{t['value']:.2f}"
