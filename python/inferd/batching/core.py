@@ -103,17 +103,13 @@ def _deadline_us(deadline_s: float | None) -> int:
     return max(1, int(deadline_s * 1e6))
 
 
-# Failures only Python reports (the core never answers with them).
-_PYTHON_ONLY_CODES: frozenset[str] = frozenset()
-
-
 def check_status_codes(core_codes: Mapping[str, int] | None = None) -> None:
     """The core's status codes (``core_codes``: its StatusCode members, by default) must be
-    inferd.errors.ErrorCode's, name for name and number for number, but for the Python-only
-    ones; raises ImportError naming the difference."""
+    inferd.errors.ErrorCode's, name for name and number for number; raises ImportError naming the
+    difference."""
     members = _core.StatusCode.__members__ if core_codes is None else core_codes
     core = {name: int(value) for name, value in members.items() if name != "OK"}
-    python = {code.name: int(code) for code in ErrorCode if code.name not in _PYTHON_ONLY_CODES}
+    python = {code.name: int(code) for code in ErrorCode}
     if core != python:
         differ = sorted(set(core.items()) ^ set(python.items()))
         raise ImportError(f"the core's StatusCode and inferd.errors.ErrorCode differ: {differ}")
