@@ -106,6 +106,22 @@ def test_bad_flag_value_is_one_line(empty_repository: Path, flag: str, value: st
     assert flag in line and value in line
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("--shared-memory", "some", "invalid choice"),
+        ("--shared-memory-listeners", "tcp", "invalid choice"),
+        ("--shared-memory-max-regions", "-1", "must be >= 0"),
+        ("--shared-memory-max-bytes", "-5", "must be >= 0"),
+    ],
+)
+def test_bad_shared_memory_setting_is_one_line_saying_why(
+    empty_repository: Path, flag: str, value: str, why: str
+) -> None:
+    line = _one_line_error(_serve(flag, value, repository=empty_repository))
+    assert flag in line and value in line and why in line, line
+
+
 def test_grpc_port_in_use_is_one_line_naming_it(empty_repository: Path, taken_port: int) -> None:
     line = _one_line_error(_serve("--grpc-port", str(taken_port), repository=empty_repository))
     assert f"gRPC on 127.0.0.1:{taken_port}" in line
