@@ -11,7 +11,13 @@ namespace response_field {
 constexpr uint32_t kModelName = 1, kModelVersion = 2, kId = 3, kOutputs = 5, kRawOutputContents = 6;
 }
 namespace output_field {
-constexpr uint32_t kName = 1, kDatatype = 2, kShape = 3;
+constexpr uint32_t kName = 1, kDatatype = 2, kShape = 3, kParameters = 4;
+}
+namespace map_entry_field {
+constexpr uint32_t kKey = 1, kValue = 2;
+}
+namespace parameter_field {
+constexpr uint32_t kInt64 = 2, kString = 3;
 }
 namespace stream_field {
 constexpr uint32_t kErrorMessage = 1, kInferResponse = 2;
@@ -24,6 +30,41 @@ size_t string_field_size(uint32_t field, std::string_view value) {
 
 void write_string_field(WireWriter* writer, uint32_t field, std::string_view value) {
   if (!value.empty()) writer->bytes_field(field, value);
+}
+
+// One entry of an output's parameters map: key -> InferParameter{int64_param | string_param}.
+struct ParameterEntry {
+  std::string_view key;
+  bool is_string;
+  uint64_t int64_value;
+  std::string_view string_value;
+
+  size_t value_size() const {
+    return is_string ? length_delimited_size(parameter_field::kString, string_value.size())
+                     : tag_size(parameter_field::kInt64) + varint_size(int64_value);
+  }
+  size_t entry_size() const {
+    return length_delimited_size(map_entry_field::kKey, key.size()) +
+           length_delimited_size(map_entry_field::kValue, value_size());
+  }
+  void write(WireWriter* writer) const {
+    writer->length_prefix(output_field::kParameters, entry_size());
+    writer->bytes_field(map_entry_field::kKey, key);
+    writer->length_prefix(map_entry_field::kValue, value_size());
+    if (is_string) {
+      writer->bytes_field(parameter_field::kString, string_value);
+    } else {
+      writer->tag(parameter_field::kInt64, WireType::kVarint);
+      writer->varint(int64_value);
+    }
+  }
+};
+
+// The shared-memory parameters of an output written into `target`, in key order.
+std::vector<ParameterEntry> shared_memory_parameters(const SharedMemoryOutput& target) {
+  return {{"shared_memory_byte_size", false, target.slice.size, {}},
+          {"shared_memory_offset", false, target.slice.offset, {}},
+          {"shared_memory_region", true, 0, target.slice.region->description().name}};
 }
 
 }  // namespace
@@ -42,14 +83,17 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
     }
     const OutputSignature& spec = model_.outputs[index];
     const Tensor& tensor = outputs[index];
-    Output out{&spec, &tensor, tensor.shape, 0, 0, false};
+    Output out{&spec, &tensor, tensor.shape, 0, 0, nullptr, 0};
     if (spec.has_reshape && !reshape_dims(tensor.shape, spec.dims, batched, &out.shape)) {
       fail(StatusCode::kInternal,
            "output '" + spec.name + "' of model '" + model_.name + "' cannot be shown in its dims (reshape)");
     }
     for (const SharedMemoryOutput& target : request.shared_memory_outputs) {
       if (target.output != index || !status_.ok()) continue;
-      out.in_shared_memory = true;
+      out.shared_memory = &target;
+      for (const ParameterEntry& entry : shared_memory_parameters(target)) {
+        out.parameters_bytes += length_delimited_size(output_field::kParameters, entry.entry_size());
+      }
       if (tensor.byte_size > target.slice.size) {
         // Triton's words; INVALID_ARGUMENT where Triton says INTERNAL: the client sized the slice.
         fail(StatusCode::kInvalidArgument, "shared memory size specified with the request for output '" + spec.name +
@@ -67,7 +111,8 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
     for (int64_t d : out.shape) out.shape_bytes += varint_size(static_cast<uint64_t>(d));
     out.message_bytes = string_field_size(output_field::kName, spec.name) +
                         string_field_size(output_field::kDatatype, datatype_name(spec.dtype)) +
-                        (out.shape.empty() ? 0 : length_delimited_size(output_field::kShape, out.shape_bytes));
+                        (out.shape.empty() ? 0 : length_delimited_size(output_field::kShape, out.shape_bytes)) +
+                        out.parameters_bytes;
     outputs_.push_back(std::move(out));
   };
   if (request.requested_outputs.empty()) {
@@ -82,7 +127,7 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
     message_size_ += length_delimited_size(response_field::kOutputs, o.message_bytes);
     // Outputs always travel raw (tritonclient reads only raw_output_contents), even when empty;
     // one in shared memory has an empty entry.
-    const size_t raw_bytes = o.in_shared_memory ? 0 : o.tensor->byte_size;
+    const size_t raw_bytes = o.shared_memory != nullptr ? 0 : o.tensor->byte_size;
     message_size_ += length_delimited_size(response_field::kRawOutputContents, raw_bytes);
     data_bytes_ += raw_bytes;
   }
@@ -103,9 +148,12 @@ void InferResponseWriter::write(std::byte* out) const {
       writer.length_prefix(output_field::kShape, o.shape_bytes);
       for (int64_t d : o.shape) writer.varint(static_cast<uint64_t>(d));
     }
+    if (o.shared_memory != nullptr) {
+      for (const ParameterEntry& entry : shared_memory_parameters(*o.shared_memory)) entry.write(&writer);
+    }
   }
   for (const Output& o : outputs_) {
-    const size_t raw_bytes = o.in_shared_memory ? 0 : o.tensor->byte_size;
+    const size_t raw_bytes = o.shared_memory != nullptr ? 0 : o.tensor->byte_size;
     writer.length_prefix(response_field::kRawOutputContents, raw_bytes);
     writer.raw(o.tensor->data, raw_bytes);
   }

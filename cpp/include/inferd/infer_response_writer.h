@@ -18,9 +18,10 @@ namespace inferd {
 // the response. With `stream`, the response is wrapped as ModelStreamInferResponse.infer_response.
 //
 // Outputs the request asked for in shared memory (InferenceRequest::shared_memory_outputs) are
-// copied into their slices by the constructor, and the response carries their name, datatype and
-// shape with an empty raw_output_contents entry (as Triton's: tritonclient counts entries by
-// output position).
+// copied into their slices by the constructor, and the response carries their name, datatype,
+// shape and shared-memory parameters as the request gave them (shared_memory_region,
+// shared_memory_byte_size, shared_memory_offset; map entries in key order) with an empty
+// raw_output_contents entry (as Triton's: tritonclient counts entries by output position).
 //
 // Usage: construct, check status(), allocate size() bytes, write() into them. The request and
 // outputs must outlive the writer. Not thread-safe; never blocks.
@@ -44,10 +45,11 @@ class InferResponseWriter {
   struct Output {
     const OutputSignature* spec;
     const Tensor* tensor;
-    std::vector<int64_t> shape;  // as the protocol shows it
-    size_t shape_bytes;          // packed shape payload
-    size_t message_bytes;        // the InferOutputTensor message
-    bool in_shared_memory;       // written into the client's slice: no raw contents here
+    std::vector<int64_t> shape;               // as the protocol shows it
+    size_t shape_bytes;                       // packed shape payload
+    size_t message_bytes;                     // the InferOutputTensor message
+    const SharedMemoryOutput* shared_memory;  // written into the client's slice: no raw contents here
+    size_t parameters_bytes;                  // the shared-memory parameters' map entries
   };
   const InferenceRequest& request_;
   const ModelSignature& model_;
