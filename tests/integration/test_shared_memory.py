@@ -92,6 +92,14 @@ def sample(rng: np.random.Generator, datatype: str, shape: tuple[int, ...]) -> n
     return values
 
 
+def output_parameters(result: grpcclient.InferResult, name: str) -> dict[str, Any]:
+    output = next(o for o in result.get_response().outputs if o.name == name)
+    return {
+        key: getattr(value, str(value.WhichOneof("parameter_choice")))
+        for key, value in output.parameters.items()
+    }
+
+
 def raw_contents(result: grpcclient.InferResult, name: str) -> bytes:
     """The raw_output_contents entry at ``name``'s index among the response's outputs."""
     response = result.get_response()
@@ -150,9 +158,14 @@ def test_every_fixed_size_datatype_in_and_out_of_shared_memory(
             region.handle, values.dtype, list(values.shape), offset=output_offset
         )
         np.testing.assert_array_equal(answer, values)
-        # As Triton: the output's name, datatype and shape, and an empty raw entry (its bytes
-        # are in the region).
+        # The output's name, datatype and shape, an empty raw entry (its bytes are in the region,
+        # as Triton) and where it went.
         assert raw_contents(result, "OUTPUT0") == b""
+        assert output_parameters(result, "OUTPUT0") == {
+            "shared_memory_region": region.name,
+            "shared_memory_byte_size": size,
+            "shared_memory_offset": output_offset,
+        }
         response = result.get_response().outputs[0]
         assert (response.datatype, list(response.shape)) == (datatype, [3, 5])
         # The input's bytes were read, not written: still what the client put there.

@@ -405,10 +405,22 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.005)
 
 
+BLOCKERS = ("busy1", "busy2", "busy3")
+
+
+def _completed(client: grpcclient.InferenceServerClient) -> int:
+    stats = client.get_inference_statistics(SLOW_MODEL).model_stats[0]
+    return int(stats.inference_stats.success.count)
+
+
 class Queued:
-    """A request for the slow model queued behind two raw ones that keep its one instance busy:
-    the last in the queue, so still there (holding its regions, its input unread) while the
-    queue is not empty."""
+    """A request for the slow model sent behind three raw ones that keep its one instance busy
+    (100 ms or more each): once it is in the queue it is the last there, so it is still queued
+    (holding its regions, its input unread) while the queue is not empty.
+
+    It is in the queue when queued + completed requests = the blockers: the instance is then
+    running one of them, so all four have arrived. (Waiting for exact queue lengths instead raced
+    the blockers under load: one could finish between two scrapes.)"""
 
     def __init__(
         self,
@@ -420,19 +432,23 @@ class Queued:
         self.answers: dict[str, tuple[Any, Any]] = {}
         self._done = threading.Event()
         self._server = server
-        for tag in ("busy1", "busy2"):
+        completed_before = _completed(client)
+        for tag in BLOCKERS:
             client.async_infer(
                 SLOW_MODEL, fp32_input(np.array([[-1.0]], np.float32)), self._callback(tag)
             )
-        # The count is of queued requests: busy1 runs (for 100 ms or more), busy2 waits.
-        _wait_until(lambda: _pending(server, SLOW_MODEL) == 1)
         client.async_infer(SLOW_MODEL, inputs, self._callback("shm"), outputs=outputs)
-        _wait_until(lambda: _pending(server, SLOW_MODEL) == 2)  # the request is in the queue
+
+        def arrived() -> bool:
+            queued = _pending(server, SLOW_MODEL)
+            return queued >= 1 and queued + _completed(client) - completed_before == len(BLOCKERS)
+
+        _wait_until(arrived)
 
     def _callback(self, tag: str) -> Callable[[Any, Any], None]:
         def done(result: Any, error: Any) -> None:
             self.answers[tag] = (result, error)
-            if len(self.answers) == 3:
+            if len(self.answers) == len(BLOCKERS) + 1:
                 self._done.set()
 
         return done
@@ -442,7 +458,7 @@ class Queued:
 
     def wait(self) -> dict[str, tuple[Any, Any]]:
         assert self._done.wait(120), f"answers: {self.answers}"
-        for tag in ("busy1", "busy2"):
+        for tag in BLOCKERS:
             assert self.answers[tag][1] is None, self.answers[tag]
         return self.answers
 
