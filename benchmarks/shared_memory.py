@@ -22,6 +22,11 @@ perf_analyzer's shm mode gives every in-flight request the same two regions (Sys
 Status during a run lists INPUT0_0_0 and OUTPUT0): the input is read only, and the concurrent
 requests write the same output region, which a throughput measurement does not read back.
 
+``--load-generator python`` uses benchmarks/shm_client.py instead: a thread per client, each with
+its own channel and, in shm mode, its own input and output region (made with
+multiprocessing.shared_memory, registered through tritonclient), every answer checked against that
+client's input, for 3 x ``--measurement-interval``; a wrong answer or an error fails the row.
+
 perf_analyzer reports a run once 3 windows in a row agree within 10 % in throughput and average
 latency (no ``--percentile``: on 2 cores shared with other work p99 rarely settles; p50 and p99
 still come from its CSV); a run that does not is repeated with each ``--retry-stability``
@@ -249,6 +254,51 @@ def run_pa(
     )
 
 
+def run_python_clients(
+    python: str,
+    socket: Path,
+    size_kib: int,
+    mode: str,
+    args: argparse.Namespace,
+    log: Path,
+) -> harness.PerfResult:
+    """benchmarks/shm_client.py: ``--concurrency`` threads, each with its own channel and (shm)
+    its own input and output region, every answer checked; for 3 windows' worth of seconds."""
+    seconds = 3 * args.measurement_interval / 1000
+    cmd = [
+        python, str(harness.BENCHMARKS / "shm_client.py"), "--socket", str(socket),
+        "--elements", str(size_kib * 1024 // FP32_BYTES), "--mode", mode,
+        "--clients", str(args.concurrency), "--seconds", str(seconds),
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.pa_timeout)
+    elapsed = time.monotonic() - started
+    log.write_text(f"$ {shlex.join(cmd)}\n# exit {done.returncode}\n{done.stdout}{done.stderr}")
+    shown = shlex.join(cmd).replace(str(socket), "SOCKET").replace(python, harness.relative(python))
+    shown = shown.replace(str(harness.ROOT) + "/", "")
+    try:
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        error = f"shm_client.py exit {done.returncode}: {done.stderr.strip()[-400:]}"
+        return harness.PerfResult(args.concurrency, {}, shown, elapsed, error)
+    error = None
+    if figures["wrong"] or figures["errors"] or not figures["answers"]:
+        error = (
+            f"{figures['answers']} answers, {figures['wrong']} wrong, {figures['errors']} "
+            f"errors: {figures['last_error']}"
+        )
+    # perf_analyzer's CSV column names, so that PerfResult.summary() reads both alike.
+    row = {
+        "Inferences/Second": str(figures["infer_per_s"]),
+        "p50 latency": str(figures["p50_us"]),
+        "p99 latency": str(figures["p99_us"]),
+        "Avg latency": str(figures["avg_us"]),
+    }
+    result = harness.PerfResult(args.concurrency, row, shown, elapsed, error)
+    result.extra["answers_checked"] = figures["answers"]
+    return result
+
+
 def measure(
     server: harness.Server,
     statistics: server_usage.StatisticsClient,
@@ -262,16 +312,21 @@ def measure(
     """perf_analyzer at one size and mode, retried with a wider --stability-percentage when no
     3 windows agree within 10 % (2 shared cores); the server's and machine's CPU around it."""
     attempt, stability = 0, None
+    python_clients = args.load_generator == "python"
     while True:
         log = out / "logs" / f"{mode}-{size_kib}KiB-{attempt}.log"
         start = server_usage.sample(server.pid, statistics, MODEL)
         counters0 = thread_counters(server.pid)
         busy0, total0 = machine_busy_ticks()
-        result = run_pa(pa, socket, size_kib, mode, args, log, stability)
+        if python_clients:
+            result = run_python_clients(args.python, socket, size_kib, mode, args, log)
+        else:
+            result = run_pa(pa, socket, size_kib, mode, args, log, stability)
         busy1, total1 = machine_busy_ticks()
         counters1 = thread_counters(server.pid)
         end = server_usage.sample(server.pid, statistics, MODEL)
-        if result.error is None or attempt >= len(args.retry_stability):
+        # The Python clients measure a fixed time: nothing to stabilise, nothing to retry.
+        if result.error is None or python_clients or attempt >= len(args.retry_stability):
             break
         stability = args.retry_stability[attempt]
         attempt += 1
@@ -293,7 +348,7 @@ def describe(row: dict[str, Any]) -> str:
     return (
         f"{row['infer_per_s']:.0f} infer/s, p50 {row['p50_us']:.0f} µs, p99 {row['p99_us']:.0f} "
         f"µs, server {'n/a' if cpu is None else f'{cpu:.0f}'} µs CPU/infer "
-        f"({row['server_cores']:.2f} cores; perf_analyzer {row['load_generator_cores']:.2f}, "
+        f"({row['server_cores']:.2f} cores; load generator {row['load_generator_cores']:.2f}, "
         f"others {row['other_cores']:.2f})"
     )
 
@@ -383,7 +438,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"As the server loaded it: `{json.dumps(report['model_loaded'])}`.",
         "",
         "| size | mode | infer/s | p50 µs | p99 µs | server CPU µs/infer | server cores "
-        "| perf_analyzer cores | other processes' cores | queue µs | compute in / infer / out µs |",
+        "| load generator cores | other processes' cores | queue µs "
+        "| compute in / infer / out µs |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -447,7 +503,7 @@ def markdown(report: dict[str, Any]) -> str:
         asked = "" if t.get("asked", True) else " (not a target: for comparison)"
         met = "yes" if t["met"] else "no"
         lines.append(f"| {t['target']}{asked} | {value} ({t['detail']}) | {met} |")
-    lines += ["", "perf_analyzer commands:", ""]
+    lines += ["", "Load generator commands:", ""]
     lines += [f"    {c}" for c in sorted({r["command"] for r in rows if r["command"]})]
     return "\n".join(lines) + "\n"
 
@@ -484,6 +540,13 @@ def parse_args() -> argparse.Namespace:
         help="--stability-percentage values for the retries of a run that did not stabilise",
     )
     parser.add_argument("--sync", action="store_true", help="perf_analyzer's synchronous API")
+    parser.add_argument(
+        "--load-generator",
+        choices=("perf_analyzer", "python"),
+        default="perf_analyzer",
+        help="python: benchmarks/shm_client.py, a thread per client with its own regions and "
+        "every answer checked, for 3 x --measurement-interval",
+    )
     parser.add_argument("--out", type=Path, help="default benchmarks/out/shm-<timestamp>/")
     return parser.parse_args()
 
@@ -494,6 +557,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     args = parse_args()
     python = str(Path(args.python).absolute()) if os.sep in args.python else args.python
+    args.python = python
     started = datetime.now()
     out = args.out or harness.BENCHMARKS / "out" / started.strftime("shm-%Y%m%d-%H%M%S")
     (out / "logs").mkdir(parents=True, exist_ok=True)
