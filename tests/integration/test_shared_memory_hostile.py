@@ -463,11 +463,13 @@ class Queued:
         return self.answers
 
 
+@pytest.mark.parametrize("how", ["by name", "all", "all, object unlinked"])
 def test_unregister_while_a_request_is_in_flight(
-    hostile_server: ServerProcess, client: grpcclient.InferenceServerClient
+    hostile_server: ServerProcess, client: grpcclient.InferenceServerClient, how: str
 ) -> None:
     """The request keeps the old mapping: it reads its input from it and writes its output into
-    it after the region was unregistered, and completes correctly."""
+    it after the region was unregistered (and its object's name unlinked: the memory lives while
+    mapped), and completes correctly."""
     values = np.array([[42.5]], dtype=np.float32)
     with client_region("leaving", 8) as region:
         shm.set_shared_memory_region(region.handle, [values])
@@ -478,7 +480,9 @@ def test_unregister_while_a_request_is_in_flight(
             [shm_input(region.name, 4, shape=(1, 1))],
             [shm_output(region.name, 4, offset=4)],
         )
-        client.unregister_system_shared_memory(region.name)
+        client.unregister_system_shared_memory(region.name if how == "by name" else "")
+        if how == "all, object unlinked":
+            region.path.unlink()
         assert registered(client) == []
         assert queued.still_queued(), "the request ran before the region was unregistered"
 
@@ -487,6 +491,9 @@ def test_unregister_while_a_request_is_in_flight(
         assert error is None, error
         answer = shm.get_contents_as_numpy(region.handle, np.float32, [1, 1], offset=4)
         np.testing.assert_array_equal(answer, values)
+        if how == "all, object unlinked":
+            region.path.touch()  # for the block's own unlink
+            return
         # The name is free: registering it again maps the object afresh.
         client.register_system_shared_memory(region.name, region.key, 8)
         assert registered(client) == [region.name]
