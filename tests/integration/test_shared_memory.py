@@ -438,8 +438,12 @@ def test_the_readme_shared_memory_snippet_runs(shm_server: ServerProcess) -> Non
         if "register_system_shared_memory" in block
     ]
     code = code.replace("unix:///run/inferd/inferd.sock", f"unix://{shm_server.unix_socket}")
-    code = code.replace("/my-app-io", f"/inferd-test-readme-{uuid.uuid4().hex[:12]}")
+    key = f"/inferd-test-readme-{uuid.uuid4().hex[:12]}"
+    code = code.replace("/my-app-io", key)
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, str(README), "exec"), {})
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, str(README), "exec"), {})
+    finally:  # where the server fails, the snippet never reaches its destroy: unlink here
+        (Path("/dev/shm") / key.lstrip("/")).unlink(missing_ok=True)
     assert out.getvalue().startswith("[[ 0.  1.  2.  3."), out.getvalue()
