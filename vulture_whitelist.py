@@ -82,3 +82,9 @@ _.traceback
 
 # transport/core_server.py: grpc.aio calls a server interceptor's intercept_service.
 _.intercept_service
+
+# repository/ensemble.py: issue 16: called by the loader once ensembles are served; the plan's
+# ensemble_tensor and depends_on are read by the ensemble engine then (and by the tests now).
+_.plan_ensemble
+_.ensemble_tensor
+_.depends_on
