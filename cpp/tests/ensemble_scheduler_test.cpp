@@ -1,0 +1,517 @@
+#include "inferd/ensemble_scheduler.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace inferd {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Computes one INT32 output element by element from its INT32 inputs (all of one shape). `before`
+// runs first on every batch (to hold it, record it or fail it); `after` sees the output made.
+class ElementwiseExecutor : public Executor {
+ public:
+  using Fn = std::function<int32_t(const std::vector<int32_t>&)>;
+  using Before = std::function<Status(const std::vector<Tensor>&)>;
+  using After = std::function<void(const Tensor&)>;
+  ElementwiseExecutor(Fn fn, Before before, After after)
+      : fn_(std::move(fn)), before_(std::move(before)), after_(std::move(after)) {}
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
+    if (before_) {
+      Status status = before_(inputs);
+      if (!status.ok()) return status;
+    }
+    const size_t n = inputs.at(0).byte_size / 4;
+    auto out = std::make_shared<std::vector<int32_t>>(n);
+    std::vector<int32_t> args(inputs.size());
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t k = 0; k < inputs.size(); ++k) args[k] = reinterpret_cast<const int32_t*>(inputs[k].data)[i];
+      (*out)[i] = fn_(args);
+    }
+    Tensor tensor{DataType::kInt32, inputs[0].shape, reinterpret_cast<const std::byte*>(out->data()), n * 4, out};
+    if (after_) after_(tensor);
+    outputs->push_back(std::move(tensor));
+    return Status::Ok();
+  }
+
+ private:
+  Fn fn_;
+  Before before_;
+  After after_;
+};
+
+// A gate that holds every batch that reaches it until opened.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool open = false;
+  int waiting = 0;
+  Status pass() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ++waiting;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::seconds(10), [&] { return open; });
+    return Status::Ok();
+  }
+  void wait_for_waiter() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait_for(lock, std::chrono::seconds(10), [&] { return waiting > 0; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex);
+    open = true;
+    changed.notify_all();
+  }
+};
+
+struct ModelSpec {
+  ElementwiseExecutor::Fn fn;
+  ElementwiseExecutor::Before before = nullptr;
+  ElementwiseExecutor::After after = nullptr;
+  int64_t max_batch_size = 8;
+  bool dynamic = false;
+  int instances = 1;
+};
+
+std::shared_ptr<Scheduler> make_scheduler(const std::string& name, const ModelSpec& spec,
+                                          const std::shared_ptr<CompletionQueue>& queue) {
+  SchedulerOptions options;
+  options.model_name = name;
+  options.batching.max_batch_size = spec.max_batch_size;
+  options.batching.dynamic = spec.dynamic;
+  std::vector<std::unique_ptr<Executor>> instances;
+  for (int i = 0; i < spec.instances; ++i) {
+    instances.push_back(std::make_unique<ElementwiseExecutor>(spec.fn, spec.before, spec.after));
+  }
+  return std::make_shared<Scheduler>(options, std::move(instances), queue,
+                                     std::make_shared<PinnedBufferPool>(1 << 22, false));
+}
+
+// The composing models of a test, by name (any version).
+struct Models {
+  std::map<std::string, std::shared_ptr<Scheduler>> schedulers;
+  SchedulerResolver resolver() {
+    return [this](const std::string& model, int64_t) -> std::shared_ptr<Scheduler> {
+      auto it = schedulers.find(model);
+      return it == schedulers.end() ? nullptr : it->second;
+    };
+  }
+  // Shuts every scheduler down first, so that no step completes into a test's dying state.
+  ~Models() {
+    for (auto& [name, scheduler] : schedulers) scheduler->shutdown(Scheduler::ShutdownMode::kReject);
+  }
+};
+
+EnsembleStep step(const std::string& model, std::vector<std::pair<std::string, std::string>> inputs,
+                  const std::string& output) {
+  EnsembleStep s;
+  s.model_name = model;
+  for (auto& [model_tensor, ensemble_tensor] : inputs) s.input_map.push_back({model_tensor, ensemble_tensor});
+  s.output_map.push_back({0, {"OUT0", output}});
+  return s;
+}
+
+EnsembleDefinition definition(const std::string& name, std::vector<std::string> outputs,
+                              std::vector<EnsembleStep> steps) {
+  EnsembleDefinition d;
+  d.name = name;
+  d.max_batch_size = 8;
+  d.inputs.push_back({"IN", DataType::kInt32, {1}});
+  for (auto& output : outputs) d.outputs.push_back({output, DataType::kInt32, {1}});
+  d.steps = std::move(steps);
+  return d;
+}
+
+std::unique_ptr<InferenceRequest> int_request(uint64_t token, int32_t value) {
+  auto data = std::make_shared<int32_t>(value);
+  auto r = std::make_unique<InferenceRequest>();
+  r->token = token;
+  r->id = "req-" + std::to_string(token);
+  r->inputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
+  return r;
+}
+
+int32_t value(const Tensor& tensor) { return *reinterpret_cast<const int32_t*>(tensor.data); }
+
+// Collects completions until `n` have arrived (or a 10 s guard passes); a token answered twice fails.
+std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n, milliseconds guard = milliseconds(10000)) {
+  std::map<uint64_t, Completion> done;
+  const auto deadline = Clock::now() + guard;
+  while (done.size() < n && Clock::now() < deadline) {
+    pollfd p{queue.fd(), POLLIN, 0};
+    ::poll(&p, 1, 20);
+    for (auto& c : queue.drain()) EXPECT_TRUE(done.emplace(c.token, std::move(c)).second) << "token answered twice";
+  }
+  return done;
+}
+
+ElementwiseExecutor::Fn plus(int32_t k) {
+  return [k](const std::vector<int32_t>& a) { return a[0] + k; };
+}
+ElementwiseExecutor::Fn times(int32_t k) {
+  return [k](const std::vector<int32_t>& a) { return a[0] * k; };
+}
+
+TEST(EnsembleScheduler, AChainOfThreeAnswersWhatTheModelsComputeInTurn) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  models.schedulers["a"] = make_scheduler("a", {plus(1)}, queue);
+  models.schedulers["b"] = make_scheduler("b", {times(2)}, queue);
+  models.schedulers["c"] = make_scheduler("c", {plus(-3)}, queue);
+  EnsembleScheduler ensemble(definition("chain", {"OUT"},
+                                        {step("a", {{"IN0", "IN"}}, "t1"), step("b", {{"IN0", "t1"}}, "t2"),
+                                         step("c", {{"IN0", "t2"}}, "OUT")}),
+                             models.resolver(), queue);
+  constexpr int kRequests = 20;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(ensemble.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    ASSERT_TRUE(c.status.ok()) << c.status.message;
+    ASSERT_EQ(c.outputs.size(), 1u);
+    EXPECT_EQ(value(c.outputs[0]), (static_cast<int32_t>(token) + 1) * 2 - 3);
+    ASSERT_NE(c.request, nullptr);  // handed back for release on the consumer's thread
+    EXPECT_EQ(c.request->id, "req-" + std::to_string(token));
+  }
+  auto stats = ensemble.statistics();
+  EXPECT_EQ(stats.requests, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.fail.count, 0u);
+  EXPECT_GT(stats.success.ns, 0u);
+  EXPECT_EQ(ensemble.running_requests(), 0u);
+  for (const char* model : {"a", "b", "c"}) {
+    EXPECT_EQ(models.schedulers[model]->statistics().success.count, static_cast<uint64_t>(kRequests)) << model;
+  }
+}
+
+// Where an answer goes when the request has a sink of its own (the gRPC transport's calls).
+class RecordingSink : public CompletionSink {
+ public:
+  void complete(Completion&& completion) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completions_.push_back(std::move(completion));
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completions_.size();
+  }
+  Completion take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Completion c = std::move(completions_.at(0));
+    completions_.erase(completions_.begin());
+    return c;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<Completion> completions_;
+};
+
+TEST(EnsembleScheduler, AnswersARequestWithASinkThroughItsSink) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  models.schedulers["a"] = make_scheduler("a", {plus(1)}, queue);
+  EnsembleScheduler ensemble(definition("one", {"OUT"}, {step("a", {{"IN0", "IN"}}, "OUT")}), models.resolver(), queue);
+  auto sink = std::make_shared<RecordingSink>();
+  auto request = int_request(7, 41);
+  request->sink = sink;
+  ASSERT_TRUE(ensemble.submit(std::move(request)).ok());
+  for (int i = 0; i < 500 && sink->size() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(sink->size(), 1u);
+  Completion c = sink->take();
+  EXPECT_EQ(c.token, 7u);
+  ASSERT_TRUE(c.status.ok()) << c.status.message;
+  EXPECT_EQ(value(c.outputs.at(0)), 42);
+  EXPECT_TRUE(queue->drain().empty());
+}
+
+// Two executors that each wait (up to 5 s) for the other to start: both see the other started
+// before either finishes only when they run concurrently.
+struct Rendezvous {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int started = 0;
+  int finished = 0;
+  bool both_started_before_a_finish = false;
+  Status meet() {
+    std::unique_lock<std::mutex> lock(mutex);
+    ++started;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::seconds(5), [&] { return started >= 2; });
+    if (finished == 0) both_started_before_a_finish = started >= 2;
+    ++finished;
+    return Status::Ok();
+  }
+};
+
+TEST(EnsembleScheduler, ADiamondRunsItsIndependentStepsConcurrentlyAndPassesTensorsWithoutCopies) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Rendezvous rendezvous;
+  std::mutex mutex;
+  const std::byte* produced_by_a = nullptr;  // guarded by mutex
+  std::vector<const std::byte*> read_by_b;   // guarded by mutex
+  Models models;
+  models.schedulers["a"] = make_scheduler("a",
+                                          {plus(1), nullptr,
+                                           [&](const Tensor& out) {
+                                             std::lock_guard<std::mutex> lock(mutex);
+                                             produced_by_a = out.data;
+                                           }},
+                                          queue);
+  models.schedulers["b"] = make_scheduler("b",
+                                          {times(2),
+                                           [&](const std::vector<Tensor>& in) {
+                                             {
+                                               std::lock_guard<std::mutex> lock(mutex);
+                                               read_by_b.push_back(in[0].data);
+                                             }
+                                             return rendezvous.meet();
+                                           }},
+                                          queue);
+  models.schedulers["c"] =
+      make_scheduler("c", {times(3), [&](const std::vector<Tensor>&) { return rendezvous.meet(); }}, queue);
+  models.schedulers["d"] =
+      make_scheduler("d", {[](const std::vector<int32_t>& a) { return a[0] * 100 + a[1]; }}, queue);
+  // Outputs in an order of their own: the sum first, then a middle tensor.
+  EnsembleScheduler ensemble(definition("diamond", {"OUT", "A"},
+                                        {step("d", {{"IN0", "B"}, {"IN1", "C"}}, "OUT"), step("b", {{"IN0", "A"}}, "B"),
+                                         step("a", {{"IN0", "IN"}}, "A"), step("c", {{"IN0", "A"}}, "C")}),
+                             models.resolver(), queue);
+  ASSERT_TRUE(ensemble.submit(int_request(1, 4)).ok());
+  auto done = collect(*queue, 1);
+  ASSERT_EQ(done.size(), 1u);
+  Completion& c = done.at(1);
+  ASSERT_TRUE(c.status.ok()) << c.status.message;
+  ASSERT_EQ(c.outputs.size(), 2u);
+  EXPECT_EQ(value(c.outputs[0]), 10 * 100 + 15);  // (4+1)*2 and (4+1)*3
+  EXPECT_EQ(value(c.outputs[1]), 5);
+  {
+    std::lock_guard<std::mutex> lock(rendezvous.mutex);
+    EXPECT_TRUE(rendezvous.both_started_before_a_finish) << "the two middle steps did not run at the same time";
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  // The step that produced A, the step that read it and the answer all hold the same bytes.
+  ASSERT_NE(produced_by_a, nullptr);
+  EXPECT_EQ(c.outputs[1].data, produced_by_a);
+  ASSERT_EQ(read_by_b.size(), 1u);
+  EXPECT_EQ(read_by_b[0], produced_by_a);
+}
+
+TEST(EnsembleScheduler, AFailingStepFailsOnlyItsRequestAndIsNamed) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  models.schedulers["a"] = make_scheduler("a", {plus(1)}, queue);
+  models.schedulers["b"] =
+      make_scheduler("b",
+                     {times(2),
+                      [](const std::vector<Tensor>& in) {
+                        return value(in[0]) == 14 ? Status::Error(StatusCode::kInternal, "poisoned") : Status::Ok();
+                      },
+                      nullptr, /*max_batch_size=*/0},
+                     queue);
+  models.schedulers["c"] = make_scheduler("c", {plus(-3)}, queue);
+  EnsembleScheduler ensemble(definition("chain", {"OUT"},
+                                        {step("a", {{"IN0", "IN"}}, "t1"), step("b", {{"IN0", "t1"}}, "t2"),
+                                         step("c", {{"IN0", "t2"}}, "OUT")}),
+                             models.resolver(), queue);
+  constexpr int kRequests = 20;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(ensemble.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    if (token == 13) {
+      EXPECT_EQ(c.status.code, StatusCode::kInternal);
+      EXPECT_EQ(c.status.message, "ensemble 'chain' step 1 (model 'b'): poisoned");
+      EXPECT_TRUE(c.outputs.empty());
+    } else {
+      ASSERT_TRUE(c.status.ok()) << token << ": " << c.status.message;
+      EXPECT_EQ(value(c.outputs.at(0)), (static_cast<int32_t>(token) + 1) * 2 - 3);
+    }
+  }
+  EXPECT_EQ(models.schedulers["c"]->statistics().success.count, static_cast<uint64_t>(kRequests - 1));
+  auto stats = ensemble.statistics();
+  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests - 1));
+  EXPECT_EQ(stats.fail.count, 1u);
+}
+
+TEST(EnsembleScheduler, DeadlineAndCancelReachTheQueuedStep) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Gate gate;
+  std::atomic<int> computed{0};
+  Models models;
+  models.schedulers["a"] = make_scheduler("a",
+                                          {plus(1),
+                                           [&](const std::vector<Tensor>&) {
+                                             computed.fetch_add(1);
+                                             return gate.pass();
+                                           }},
+                                          queue);
+  EnsembleScheduler ensemble(definition("one", {"OUT"}, {step("a", {{"IN0", "IN"}}, "OUT")}), models.resolver(), queue);
+  // A direct request holds model a's only instance at the gate; the ensemble's steps queue behind it.
+  ASSERT_TRUE(models.schedulers["a"]->submit(int_request(100, 0)).ok());
+  gate.wait_for_waiter();
+  const auto start = Clock::now();
+  auto late = int_request(1, 1);
+  late->deadline = start + milliseconds(50);
+  ASSERT_TRUE(ensemble.submit(std::move(late)).ok());
+  ASSERT_TRUE(ensemble.submit(int_request(2, 2)).ok());
+  std::this_thread::sleep_for(milliseconds(10));  // step of request 2 is queued in model a
+  EXPECT_EQ(models.schedulers["a"]->pending_requests(), 2u);
+  EXPECT_TRUE(ensemble.cancel(2));
+  EXPECT_FALSE(ensemble.cancel(2));  // answered already
+  auto done = collect(*queue, 2);
+  EXPECT_LT(Clock::now() - start, milliseconds(5000));  // answered while the gate still holds
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done.at(1).status.code, StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(done.at(1).status.message.rfind("ensemble 'one' step 0 (model 'a'): ", 0), 0u) << done.at(1).status.message;
+  EXPECT_EQ(done.at(2).status.code, StatusCode::kCancelled);
+  EXPECT_EQ(models.schedulers["a"]->pending_requests(), 0u);  // both steps left model a's queue
+  gate.release();
+  EXPECT_EQ(collect(*queue, 1).count(100), 1u);
+  EXPECT_EQ(computed.load(), 1);  // only the direct request ran
+  EXPECT_EQ(ensemble.statistics().fail.count, 2u);
+}
+
+TEST(EnsembleScheduler, AStepWhoseModelIsNotLoadedFailsTheRequestUnavailable) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  models.schedulers["a"] = make_scheduler("a", {plus(1)}, queue);
+  EnsembleScheduler ensemble(
+      definition("chain", {"OUT"}, {step("a", {{"IN0", "IN"}}, "t1"), step("gone", {{"IN0", "t1"}}, "OUT")}),
+      models.resolver(), queue);
+  ASSERT_TRUE(ensemble.submit(int_request(1, 1)).ok());
+  auto done = collect(*queue, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done.at(1).status.code, StatusCode::kUnavailable);
+  EXPECT_EQ(done.at(1).status.message, "ensemble 'chain' step 1 (model 'gone'): the model version -1 is not loaded");
+  EXPECT_EQ(ensemble.running_requests(), 0u);
+}
+
+TEST(EnsembleScheduler, RefusesAWrongInputCountAndSubmitAfterShutdownKeepingTheRequest) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  models.schedulers["a"] = make_scheduler("a", {plus(1)}, queue);
+  EnsembleScheduler ensemble(definition("one", {"OUT"}, {step("a", {{"IN0", "IN"}}, "OUT")}), models.resolver(), queue);
+  auto two_inputs = int_request(1, 1);
+  two_inputs->inputs.push_back(two_inputs->inputs[0]);
+  EXPECT_EQ(ensemble.submit(std::move(two_inputs)).code, StatusCode::kInvalidArgument);
+  EXPECT_NE(two_inputs, nullptr);
+  ensemble.shutdown();
+  auto request = int_request(2, 1);
+  EXPECT_EQ(ensemble.submit(std::move(request)).code, StatusCode::kUnavailable);
+  EXPECT_NE(request, nullptr);
+  EXPECT_EQ(ensemble.statistics().requests, 0u);
+}
+
+TEST(EnsembleScheduler, ShutdownAnswersEveryRunningRequestOnceAndDropsTheirLateSteps) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Gate gate;
+  Models models;
+  models.schedulers["a"] =
+      make_scheduler("a", {plus(1), [&](const std::vector<Tensor>&) { return gate.pass(); }}, queue);
+  constexpr int kRequests = 5;
+  {
+    EnsembleScheduler ensemble(definition("one", {"OUT"}, {step("a", {{"IN0", "IN"}}, "OUT")}), models.resolver(),
+                               queue);
+    for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(ensemble.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+    gate.wait_for_waiter();  // one step computing, the others queued
+    ensemble.shutdown();
+    EXPECT_EQ(ensemble.running_requests(), 0u);
+  }  // destroyed while a step still computes: its answer must find no dangling state
+  gate.release();
+  auto done = collect(*queue, kRequests + 1, milliseconds(500));
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) EXPECT_EQ(c.status.code, StatusCode::kUnavailable) << token;
+  models.schedulers["a"]->shutdown(Scheduler::ShutdownMode::kDrain);  // the computing step ends
+  EXPECT_TRUE(queue->drain().empty());
+}
+
+TEST(EnsembleScheduler, ManyConcurrentRequestsWithCancelsAreEachAnsweredOnce) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Models models;
+  ModelSpec batched{plus(1)};
+  batched.dynamic = true;
+  batched.instances = 2;
+  models.schedulers["a"] = make_scheduler("a", batched, queue);
+  batched.fn = times(2);
+  models.schedulers["b"] = make_scheduler("b", batched, queue);
+  batched.fn = times(3);
+  models.schedulers["c"] = make_scheduler("c", batched, queue);
+  batched.fn = [](const std::vector<int32_t>& a) { return a[0] + a[1]; };
+  models.schedulers["d"] = make_scheduler("d", batched, queue);
+  EnsembleScheduler ensemble(
+      definition("diamond", {"OUT"},
+                 {step("a", {{"IN0", "IN"}}, "A"), step("b", {{"IN0", "A"}}, "B"), step("c", {{"IN0", "A"}}, "C"),
+                  step("d", {{"IN0", "B"}, {"IN1", "C"}}, "OUT")}),
+      models.resolver(), queue);
+  constexpr int kClients = 8;
+  constexpr int kPerClient = 100;
+  std::atomic<int> cancelled{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < kPerClient; ++i) {
+        const int n = c * kPerClient + i;
+        ASSERT_TRUE(ensemble.submit(int_request(static_cast<uint64_t>(n), n)).ok());
+        if (n % 7 == 0 && ensemble.cancel(static_cast<uint64_t>(n))) cancelled.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  auto done = collect(*queue, kClients * kPerClient);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kClients * kPerClient));
+  int ok = 0;
+  for (auto& [token, c] : done) {
+    if (c.status.ok()) {
+      ++ok;
+      EXPECT_EQ(value(c.outputs.at(0)), (static_cast<int32_t>(token) + 1) * 5);
+    } else {
+      EXPECT_EQ(c.status.code, StatusCode::kCancelled) << c.status.message;
+      EXPECT_EQ(token % 7, 0u);
+    }
+  }
+  EXPECT_EQ(ok + cancelled.load(), kClients * kPerClient);  // cancel() == true <=> answered CANCELLED
+  EXPECT_EQ(ensemble.running_requests(), 0u);
+  auto stats = ensemble.statistics();
+  EXPECT_EQ(stats.requests, static_cast<uint64_t>(kClients * kPerClient));
+  EXPECT_EQ(stats.success.count + stats.fail.count, stats.requests);
+  EXPECT_TRUE(collect(*queue, 1, milliseconds(100)).empty());  // nothing answered twice, late
+}
+
+TEST(EnsembleScheduler, EnsembleStepsBatchWithDirectTrafficInTheComposingModel) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Gate gate;
+  Models models;
+  ModelSpec spec{plus(1), [&](const std::vector<Tensor>&) { return gate.pass(); }};
+  spec.dynamic = true;
+  models.schedulers["a"] = make_scheduler("a", spec, queue);
+  EnsembleScheduler ensemble(definition("one", {"OUT"}, {step("a", {{"IN0", "IN"}}, "OUT")}), models.resolver(), queue);
+  Scheduler& a = *models.schedulers["a"];
+  ASSERT_TRUE(a.submit(int_request(100, 0)).ok());  // a batch of one, held at the gate
+  gate.wait_for_waiter();
+  for (uint64_t t = 101; t < 104; ++t) ASSERT_TRUE(a.submit(int_request(t, 0)).ok());
+  for (uint64_t t = 1; t < 5; ++t) ASSERT_TRUE(ensemble.submit(int_request(t, static_cast<int32_t>(t))).ok());
+  EXPECT_EQ(a.pending_requests(), 7u);
+  gate.release();
+  auto done = collect(*queue, 8);
+  ASSERT_EQ(done.size(), 8u);
+  for (auto& [token, c] : done) ASSERT_TRUE(c.status.ok()) << c.status.message;
+  for (uint64_t t = 1; t < 5; ++t) EXPECT_EQ(value(done.at(t).outputs.at(0)), static_cast<int32_t>(t) + 1);
+  auto stats = a.statistics();
+  EXPECT_EQ(stats.execution_count, 2u);
+  EXPECT_EQ(stats.batches.count(7), 1u) << "3 direct and 4 ensemble requests did not share a batch";
+}
+
+}  // namespace
+}  // namespace inferd
