@@ -2,6 +2,8 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "inferd/scheduler.h"
 #include "inferd/shared_memory.h"
 #include "inferd/trace_sampling.h"
+#include "inferd/version_routing.h"
 
 namespace py = pybind11;
 
@@ -66,7 +69,8 @@ std::shared_ptr<GrpcServer> make_server(
 }
 
 void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool forward_inference,
-             const TraceSampling& tracing, const std::vector<py::tuple>& routes) {
+             const TraceSampling& tracing, const std::vector<py::tuple>& routes,
+             const std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>& weights) {
   auto snapshot = std::make_shared<ServingSnapshot>();
   snapshot->live = live;
   snapshot->ready = ready;
@@ -85,7 +89,25 @@ void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool for
     route->config_response = r[7].cast<std::string>();
     snapshot->models[r[0].cast<std::string>()][r[1].cast<std::string>()] = std::move(route);
   }
+  for (const auto& [name, versions] : weights) {
+    std::vector<uint64_t> shares;
+    std::vector<std::shared_ptr<const ModelRoute>> routes_of_model;
+    for (const auto& [version, weight] : versions) {
+      std::shared_ptr<const ModelRoute> route = snapshot->find(name, version);
+      if (route == nullptr) throw std::invalid_argument("weighted version " + name + "/" + version + " has no route");
+      shares.push_back(weight);
+      routes_of_model.push_back(std::move(route));
+    }
+    snapshot->weighted.emplace(name, ServingSnapshot::WeightedVersions{WeightedChoice(shares), routes_of_model});
+  }
   server.state().publish(std::move(snapshot));
+}
+
+// The index of the version a request naming none takes: the Python path's side of the choice the
+// transport makes (WeightedChoice), so both paths pick alike.
+size_t choose_weighted(const std::vector<uint64_t>& weights, const std::optional<std::string>& routing_key) {
+  const WeightedChoice choice(weights);
+  return routing_key ? choice.pick(*routing_key) : choice.pick_random();
 }
 
 }  // namespace
@@ -120,14 +142,21 @@ void register_grpc_server(py::module_& m) {
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),
+           py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},
            "Replace the serving snapshot. forward_inference: every inference goes to the backend; tracing: those "
            "it samples do. routes: (name, version as requested ('' = default), model, version, "
-           "Scheduler, ModelSignature, serialized ModelMetadataResponse, serialized ModelConfigResponse).")
+           "Scheduler, ModelSignature, serialized ModelMetadataResponse, serialized ModelConfigResponse); weights: "
+           "(name, [(version, weight)]) of the models whose inferences naming no version are routed by weight among "
+           "those routed versions.")
       .def(
           "failures", [](const GrpcServer& server) { return const_cast<GrpcServer&>(server).failures().snapshot(); },
           "Inference requests the transport failed on a known version: [(model, version, StatusCode, count)].")
       .def("shutdown", &GrpcServer::shutdown, py::arg("grace_s"), py::call_guard<py::gil_scoped_release>(),
            "Stop accepting calls, let those in flight finish for grace_s seconds, cancel the rest; blocks.");
+  m.def("choose_weighted_version", &choose_weighted, py::arg("weights"), py::arg("routing_key"),
+        "The index of the version a request naming none takes among positive weights: by the FNV-1a 64 hash of "
+        "routing_key's UTF-8 bytes modulo the total weight when given, at random otherwise. Raises ValueError for "
+        "no weights or a zero.");
   m.def(
       "grpc_status_code", [](StatusCode code) { return grpc_code(code); }, py::arg("code"),
       "The gRPC status code the core's transport answers for a StatusCode.");

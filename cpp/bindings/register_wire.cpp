@@ -7,6 +7,7 @@
 #include "inferd/infer_request_parser.h"
 #include "inferd/infer_response_writer.h"
 #include "inferd/model_signature.h"
+#include "inferd/version_routing.h"
 #include "python_tensor.h"
 #include "wire_request.h"
 
@@ -103,7 +104,19 @@ void register_wire(py::module_& m) {
   py::class_<WireRequest>(m, "WireRequest")
       .def_property_readonly("model_name", [](const WireRequest& r) { return text(r.parsed.model_name); })
       .def_property_readonly("model_version", [](const WireRequest& r) { return text(r.parsed.model_version); })
-      .def_property_readonly("id", [](const WireRequest& r) { return text(r.parsed.id); });
+      .def_property_readonly("id", [](const WireRequest& r) { return text(r.parsed.id); })
+      .def_property_readonly(
+          "routing_key",
+          [](const WireRequest& r) -> std::optional<std::string> {
+            const WireParameter* key = find_parameter(r.parsed.parameters, kRoutingKeyParameter);
+            if (key == nullptr) return std::nullopt;
+            if (key->kind != WireParameter::Kind::kString) {
+              throw std::invalid_argument("the parameter 'inferd.routing_key' must be a string");
+            }
+            return text(key->string_value);
+          },
+          "The request's inferd.routing_key string parameter, or None. Raises ValueError when it is not a "
+          "string.");
 
   m.def("parse_infer_request", &parse, py::arg("data"),
         "A serialized ModelInferRequest -> WireRequest, viewing (and holding) the bytes. Raises ValueError "

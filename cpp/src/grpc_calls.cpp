@@ -205,6 +205,17 @@ std::shared_ptr<const ModelRoute> ServingSnapshot::find(std::string_view name, s
   return route == model->second.end() ? nullptr : route->second;
 }
 
+std::shared_ptr<const ModelRoute> ServingSnapshot::find(std::string_view name, std::string_view version,
+                                                        const std::vector<WireParameter>& parameters) const {
+  const WireParameter* key = find_parameter(parameters, kRoutingKeyParameter);
+  if (key != nullptr && key->kind != WireParameter::Kind::kString) return nullptr;
+  if (!version.empty()) return find(name, version);
+  const auto model = weighted.find(name);
+  if (model == weighted.end()) return find(name, version);
+  const WeightedChoice& choice = model->second.choice;
+  return model->second.routes[key != nullptr ? choice.pick(key->string_value) : choice.pick_random()];
+}
+
 namespace {
 
 // A call answered with one message. Reads the request, then handle() answers it - at once or
@@ -365,7 +376,8 @@ class InferCall final : public UnaryCall, public CompletionSink {
       forward(sampled);
       return;
     }
-    std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version);
+    std::shared_ptr<const ModelRoute> route =
+        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
     if (route == nullptr) {
       forward();
       return;

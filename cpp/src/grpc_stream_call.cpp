@@ -158,7 +158,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (sent_to_python(*snapshot, *context_, &sampled)) {
       return forward(request, std::string(parsed.id), sampled, std::move(reservation));
     }
-    const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version);
+    const std::shared_ptr<const ModelRoute> route =
+        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
     if (route == nullptr) return forward(request, std::string(parsed.id), false, std::move(reservation));
 
     const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.batching import CoreTiming, WireRequest, parse_infer_request
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidArgument
 from inferd.models import LoadedModel, ModelRegistry
 
 if TYPE_CHECKING:
@@ -54,7 +54,11 @@ class DataPlane:
         answers and the core's timings; ``on_failure(model, version, error)`` is told of a failure
         once the version is known (when nothing observes the request); ``shared_memory``: the
         regions the request's tensors may name (None: naming one is refused)."""
-        model = self._registry.get(request.model_name, request.model_version)
+        try:
+            routing_key = request.routing_key
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        model = self._registry.route(request.model_name, request.model_version, routing_key)
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:
@@ -108,6 +112,12 @@ class DataPlane:
             name: self._registry.ready_versions(name)
             for name in {m.name for m in self._registry.loaded()}
         }
+
+    def version_weights(self, name: str) -> dict[int, int] | None:
+        """Where ``name``'s inferences naming no version go: the weights of its ready weighted
+        versions (empty: it has weights, none of those versions is ready), or None when its
+        config gives no weights."""
+        return self._registry.ready_weights(name) if self._registry.weighted(name) else None
 
     def config(self, name: str, version: str) -> Any:
         """The completed ModelConfig of the version asked for (default: the highest ready)."""

@@ -9,9 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "inferd/infer_request_parser.h"
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
 #include "inferd/trace_sampling.h"
+#include "inferd/version_routing.h"
 
 namespace inferd {
 
@@ -52,8 +54,22 @@ struct ServingSnapshot {
   // read it is still submitting.
   std::vector<std::shared_ptr<Scheduler>> schedulers;
 
+  // A model's ready weighted versions (config parameter inferd.version_weights): where its
+  // inferences that name no version go. Only models with weights are here; one whose weighted
+  // versions are all not ready has no "" route at all, so Python answers it as unavailable.
+  struct WeightedVersions {
+    WeightedChoice choice;
+    std::vector<std::shared_ptr<const ModelRoute>> routes;  // one per weight, in the same order
+  };
+  std::map<std::string, WeightedVersions, std::less<>> weighted;
+
   // The route for a request's model name and version, or null.
   std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version) const;
+  // The route an inference takes: as find(), except that one naming no version of a model with
+  // weights takes a weighted choice - by the request's `inferd.routing_key` string parameter when
+  // it has one, at random otherwise. Null (Python answers) when the key is not a string.
+  std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version,
+                                         const std::vector<WireParameter>& parameters) const;
 };
 
 // Holds the current snapshot. Readers take a reference (a short lock, no copy); publish() swaps

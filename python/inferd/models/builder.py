@@ -37,6 +37,7 @@ from inferd.repository import (
     stated_config,
 )
 from inferd.repository.layout import without_model_dir
+from inferd.repository.version_weights import version_weights
 
 log = structlog.get_logger(__name__)
 
@@ -132,6 +133,7 @@ class ModelVersionBuilder:
         versions = _selected_versions(config, available)
         if not versions:
             raise ModelLoadError(f"model {name!r}: the version policy selects none of {available}")
+        version_weights(config, versions)  # refused here, before any version is built
         built: dict[int, LoadedModel] = {}
         try:
             for version in versions:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import structlog
 
+from inferd._core import choose_weighted_version
 from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CompletionDispatcher, HostBufferPool
 from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
@@ -23,6 +24,7 @@ from inferd.executors import OnnxRuntimeOptions
 from inferd.models.builder import LoadLimits, ModelVersionBuilder
 from inferd.models.loaded import LoadedModel
 from inferd.repository import ModelRepository, readiness_required, stated_readiness_required
+from inferd.repository.version_weights import version_weights
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +110,8 @@ class ModelRegistry:
         self._abandon = abandon or threading.Event()
         self._loading: set[threading.Event] = set()  # the abandon flags of loads in progress
         self._models: dict[str, dict[int, LoadedModel]] = {}
+        # Each served model's positive version weights (inferd.version_weights; none: no entry).
+        self._weights: dict[str, dict[int, int]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
         self._optional: set[str] = set()  # of those, the ones that never hold readiness back
@@ -287,6 +291,7 @@ class ModelRegistry:
             raise NotFound(f"model {name!r} is not loaded")
         async with self._locks.setdefault(name, asyncio.Lock()):
             versions = self._models.pop(name, {})
+            self._weights.pop(name, None)
             if not versions and not any(k[0] == name for k in self._statuses):
                 raise NotFound(f"model {name!r} is not loaded")
             self._wanted.discard(name)
@@ -311,6 +316,12 @@ class ModelRegistry:
         Synchronous, so no request sees a half-installed model."""
         old = list(self._models.get(name, {}).values())
         self._models[name] = built
+        # Every version shares the model's config; the builder has checked its weights.
+        weights = version_weights(next(iter(built.values())).config, sorted(built)) if built else {}
+        if weights:
+            self._weights[name] = weights
+        else:
+            self._weights.pop(name, None)
         for key in [k for k in self._statuses if k[0] == name]:
             del self._statuses[key]
         for version, model in built.items():
@@ -336,6 +347,33 @@ class ModelRegistry:
             raise NotFound(f"unknown model {name!r}")
         if not version:
             return versions[max(versions)]
+        return self._numbered(name, versions, version)
+
+    def route(self, name: str, version: str, routing_key: str | None) -> LoadedModel:
+        """The version an inference runs on: the one it names; else, for a model with version
+        weights, a weighted choice among its ready weighted versions (by ``routing_key``'s hash
+        when given, at random otherwise: the transport's own choice); else the highest ready."""
+        weights = self.ready_weights(name)
+        if version or name not in self._weights:
+            return self.get(name, version)
+        if not weights:
+            raise Unavailable(
+                f"model {name!r} is not ready: none of its weighted versions is ready"
+            )
+        chosen = list(weights)[choose_weighted_version(list(weights.values()), routing_key)]
+        return self._models[name][chosen]
+
+    def ready_weights(self, name: str) -> dict[int, int]:
+        """The weights of ``name``'s ready weighted versions, by ascending version (empty: the
+        model has no weights, or none of its weighted versions is ready)."""
+        ready = self._models.get(name, {})
+        return {v: w for v, w in sorted(self._weights.get(name, {}).items()) if v in ready}
+
+    def weighted(self, name: str) -> bool:
+        """Whether ``name``'s config gives its versions traffic weights."""
+        return name in self._weights
+
+    def _numbered(self, name: str, versions: dict[int, LoadedModel], version: str) -> LoadedModel:
         number = version_number(version)
         if number is None:
             raise NotFound(f"model {name!r} has no version {version!r}")
@@ -393,6 +431,7 @@ class ModelRegistry:
                 model.name, str(model.version), ModelState.UNAVAILABLE, "unloaded"
             )
         self._models.clear()
+        self._weights.clear()
         self._changed()
 
 

@@ -274,15 +274,17 @@ class CoreGrpcServer:
         forward_inference: bool,
         tracing: SamplingRule | None,
         routes: list[tuple[Any, ...]],
+        weights: list[tuple[str, list[tuple[str, int]]]],
     ) -> None:
         """``forward_inference``: every inference goes to Python; ``tracing`` (None: off): the
-        inferences it samples do."""
+        inferences it samples do; ``weights``: (model, [(version, weight)]) routing the
+        inferences that name no version of that model."""
         sampling = (
             _core.TraceSampling(True, tracing.parent_based, tracing.ratio)
             if tracing is not None
             else _core.TraceSampling()
         )
-        self._server.publish(live, ready, accepting, forward_inference, sampling, routes)
+        self._server.publish(live, ready, accepting, forward_inference, sampling, routes, weights)
 
     def failures(self) -> Iterator[tuple[str, str, ErrorCode, int]]:
         """Inference requests the core's transport failed, by model version and error code."""
@@ -314,8 +316,14 @@ class ServingPublisher:
 
     def publish(self) -> None:
         routes: list[tuple[Any, ...]] = []
+        weights: list[tuple[str, list[tuple[str, int]]]] = []
         for name, ready_versions in self._dataplane.ready_versions().items():
             keys = [""] + [str(v) for v in ready_versions]
+            version_weights = self._dataplane.version_weights(name)
+            if version_weights:
+                weights.append((name, [(str(v), w) for v, w in version_weights.items()]))
+            elif version_weights is not None:
+                keys = keys[1:]  # no weighted version ready: Python answers it is unavailable
             for key in keys:
                 model, versions = self._dataplane.metadata(name, key)
                 routes.append(
@@ -339,4 +347,5 @@ class ServingPublisher:
             or (self._telemetry.tracer is not None and self._telemetry.sampling is None),
             tracing=self._telemetry.sampling,
             routes=routes,
+            weights=weights,
         )
