@@ -274,3 +274,19 @@ def test_weights_naming_an_unserved_version_fail_the_load(core_path: ServerProce
         write_canary(core_path.repository, WEIGHTS_90_10)
         client.load_model("canary")
         client.close()
+
+
+def test_a_stream_routes_by_the_weights_too(core_path: ServerProcess) -> None:
+    messages = []
+    for key in sticky_keys():
+        for _ in range(5):
+            message = request(routing_key=key)
+            message.id = key
+            messages.append(message)
+    with grpc.insecure_channel(core_path.url) as channel:
+        answers = list(pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(messages)))
+    assert len(answers) == len(messages)
+    for answer in answers:
+        assert answer.error_message == ""
+        response = answer.infer_response
+        assert response.model_version == expected_version(response.id), response.id
