@@ -1,0 +1,77 @@
+#include "inferd/serving_snapshot.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inferd/infer_request_parser.h"
+#include "inferd/version_routing.h"
+
+namespace inferd {
+namespace {
+
+std::shared_ptr<const ModelRoute> route_of(const std::string& version) {
+  auto route = std::make_shared<ModelRoute>();
+  route->model = "canary";
+  route->version = version;
+  return route;
+}
+
+// canary: versions 3, 4, 5 routed; "" (metadata's default) is 5; weights 3:90, 4:10.
+ServingSnapshot canary_snapshot() {
+  ServingSnapshot snapshot;
+  for (const std::string version : {"3", "4", "5"}) snapshot.models["canary"][version] = route_of(version);
+  snapshot.models["canary"][""] = snapshot.models["canary"]["5"];
+  snapshot.weighted.emplace(
+      "canary", ServingSnapshot::WeightedVersions{WeightedChoice({90, 10}),
+                                                  {snapshot.models["canary"]["3"], snapshot.models["canary"]["4"]}});
+  return snapshot;
+}
+
+std::vector<WireParameter> routing_key(std::string_view key) {
+  WireParameter parameter;
+  parameter.key = kRoutingKeyParameter;
+  parameter.kind = WireParameter::Kind::kString;
+  parameter.string_value = key;
+  return {parameter};
+}
+
+TEST(ServingSnapshot, AnUnnamedInferenceWithAKeyTakesTheKeysWeightedVersion) {
+  const ServingSnapshot snapshot = canary_snapshot();
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "user-" + std::to_string(i);
+    const std::string expected = fnv1a64(key) % 100 < 90 ? "3" : "4";
+    for (int repeat = 0; repeat < 3; ++repeat)
+      EXPECT_EQ(snapshot.find("canary", "", routing_key(key))->version, expected);
+  }
+}
+
+TEST(ServingSnapshot, AnUnnamedInferenceWithoutAKeyNeverTakesAnUnweightedVersion) {
+  const ServingSnapshot snapshot = canary_snapshot();
+  int fours = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const std::string version = snapshot.find("canary", "", {})->version;
+    ASSERT_NE(version, "5");
+    fours += version == "4" ? 1 : 0;
+  }
+  // Binomial(10000, 0.1): sigma 30; 5 sigma either side of 1000.
+  EXPECT_NEAR(fours, 1000, 150);
+}
+
+TEST(ServingSnapshot, ANamedVersionAndMetadataBypassTheWeights) {
+  const ServingSnapshot snapshot = canary_snapshot();
+  EXPECT_EQ(snapshot.find("canary", "5", routing_key("user-1"))->version, "5");
+  EXPECT_EQ(snapshot.find("canary", "")->version, "5");  // ModelMetadata/ModelConfig's default
+}
+
+TEST(ServingSnapshot, ARoutingKeyThatIsNotAStringGoesToPython) {
+  const ServingSnapshot snapshot = canary_snapshot();
+  std::vector<WireParameter> parameters = routing_key("");
+  parameters[0].kind = WireParameter::Kind::kInt64;
+  EXPECT_EQ(snapshot.find("canary", "", parameters), nullptr);
+}
+
+}  // namespace
+}  // namespace inferd
