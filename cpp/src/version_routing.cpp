@@ -20,6 +20,7 @@ WeightedChoice::WeightedChoice(const std::vector<uint64_t>& weights) {
   uint64_t total = 0;
   for (const uint64_t weight : weights) {
     if (weight == 0) throw std::invalid_argument("a version weight is zero");
+    if (weight > UINT64_MAX - total) throw std::invalid_argument("the version weights' sum overflows");
     total += weight;
     cumulative_.push_back(total);
   }

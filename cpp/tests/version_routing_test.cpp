@@ -22,9 +22,11 @@ TEST(Fnv1a64, HashesBytesAboveAscii) {
   EXPECT_EQ(fnv1a64("\xff"), (0xcbf29ce484222325ULL ^ 0xffULL) * 1099511628211ULL);
 }
 
-TEST(WeightedChoice, RefusesNoWeightsAndZeroWeights) {
+TEST(WeightedChoice, RefusesNoWeightsZeroWeightsAndAnOverflowingSum) {
   EXPECT_THROW(WeightedChoice(std::vector<uint64_t>{}), std::invalid_argument);
   EXPECT_THROW(WeightedChoice(std::vector<uint64_t>{3, 0}), std::invalid_argument);
+  // A sum that wraps would leave the cumulative weights unordered.
+  EXPECT_THROW(WeightedChoice(std::vector<uint64_t>{UINT64_MAX, 10}), std::invalid_argument);
 }
 
 TEST(WeightedChoice, EachPointFallsInItsVersionsShare) {

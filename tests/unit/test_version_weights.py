@@ -42,6 +42,8 @@ def test_no_key_means_no_weights() -> None:
         ("3:ninety", "'3:ninety' is not VERSION:WEIGHT"),
         ("", "'' is not VERSION:WEIGHT"),
         ("3:90,4:-1", "version 4 has a negative weight"),
+        # Their sum would wrap the core's 64-bit cumulative weights.
+        ("3:18446744073709551615,4:10", "version 3's weight is above the largest, 1000000"),
         ("3:0,4:0", "every weight is zero"),
         ("3:1,3:2", "version 3 is given twice"),
         ("3:90,7:10", "version 7 is not served (the version policy serves [3, 4])"),

@@ -22,7 +22,7 @@ uint64_t fnv1a64(std::string_view bytes);
 // last element the total.
 class WeightedChoice {
  public:
-  // Throws std::invalid_argument when `weights` is empty or holds a zero.
+  // Throws std::invalid_argument when `weights` is empty, holds a zero or sums past 2^64 - 1.
   explicit WeightedChoice(const std::vector<uint64_t>& weights);
 
   size_t pick(std::string_view routing_key) const;

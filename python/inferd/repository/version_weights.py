@@ -3,7 +3,7 @@ inferences naming no version among a model's served versions, for canaries and A
 
 ``parameters { key: "inferd.version_weights" value: { string_value: "3:90,4:10" } }`` gives
 version 3 weight 90 and version 4 weight 10: comma-separated ``VERSION:WEIGHT`` pairs, each
-version a served one, each weight a non-negative integer, at least one weight positive. A version
+version a served one, each weight an integer from 0 to 1,000,000, at least one weight positive. A version
 with weight 0, or none, gets none of the traffic that names no version."""
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.errors import ModelLoadError
 
 VERSION_WEIGHTS = "inferd.version_weights"
+# The largest weight: their sum must stay far inside the core's 64-bit arithmetic, and no split of
+# traffic needs a finer grain than a millionth.
+MAX_WEIGHT = 1_000_000
 
 
 def version_weights(config: ModelConfig, served: list[int]) -> dict[int, int]:
@@ -35,6 +38,10 @@ def version_weights(config: ModelConfig, served: list[int]) -> dict[int, int]:
             ) from None
         if weight < 0:
             raise ModelLoadError(f"{where}: version {version} has a negative weight")
+        if weight > MAX_WEIGHT:
+            raise ModelLoadError(
+                f"{where}: version {version}'s weight is above the largest, {MAX_WEIGHT}"
+            )
         if version in weights:
             raise ModelLoadError(f"{where}: version {version} is given twice")
         if version not in served:
