@@ -3,8 +3,8 @@ inferences naming no version among a model's served versions, for canaries and A
 
 ``parameters { key: "inferd.version_weights" value: { string_value: "3:90,4:10" } }`` gives
 version 3 weight 90 and version 4 weight 10: comma-separated ``VERSION:WEIGHT`` pairs, each
-version a served one, each weight an integer from 0 to 1,000,000, at least one weight positive. A version
-with weight 0, or none, gets none of the traffic that names no version."""
+version a served one, each weight an integer from 0 to 1,000,000, at least one weight positive. A
+version with weight 0, or none, gets none of the traffic that names no version."""
 
 from __future__ import annotations
 
