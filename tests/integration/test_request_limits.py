@@ -31,9 +31,10 @@ HEALTH_BOUND_S = 0.100
 # On a shared, loaded machine (these tests run on 2 cores beside other builds) the scheduler alone
 # can delay a Check past 100 ms now and then: all but the slowest 1 % must make 100 ms, every one
 # 500 ms. A stalled event loop (the defect: 7.8 s for 100 MB, 34 s for 400 MB) fails both.
-# AddressSanitizer's allocator maps and poisons each 400 MB buffer (CI saw one Check at 516 ms),
-# so under it the worst is 1 s: still an order below the smallest stall the test exists for.
-HEALTH_WORST_S = 1.0 if UNDER_ASAN else 0.500
+# Under AddressSanitizer (its allocator maps and poisons each 400 MB buffer) two CI runs saw a
+# worst Check of 0.52 s and 2.86 s while 99 % still made 100 ms, so there the worst may be 5 s:
+# still below the smallest stall the test exists for (7.8 s).
+HEALTH_WORST_S = 5.0 if UNDER_ASAN else 0.500
 
 
 def assert_health_answered(latencies: list[float]) -> None:
