@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import UNDER_ASAN, ServerProcess, running_server
 from tests.integration.gather_model import TABLE, write_gather_model
 from tests.integration.slow_model import fp32_input, write_slow_model
 
@@ -189,6 +189,16 @@ class Answers:
         return [self.done.get(timeout=timeout) for _ in range(count)]
 
 
+# The queue tests below time a busy request's compute (>= 50 ms) against the client's 10-30 ms
+# sleeps. Under AddressSanitizer the worker does not keep that timing (one of three CI ASan runs
+# failed three of them: the busy request was still queued, or done, when the next arrived); the
+# plain run checks them.
+timed_against_the_worker = pytest.mark.skipif(
+    UNDER_ASAN,
+    reason="queue timing against a busy worker is checked without AddressSanitizer (it shifts it)",
+)
+
+
 def occupy(
     client: grpcclient.InferenceServerClient, model: str, answers: Answers, rows: int = 1
 ) -> None:
@@ -281,6 +291,7 @@ def test_padding_uses_the_pad_value_and_slices_it_off_again(
 # Queue policies of single priority levels
 
 
+@timed_against_the_worker
 def test_a_level_s_own_max_queue_size_refuses_while_the_default_level_queues(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -301,6 +312,7 @@ def test_a_level_s_own_max_queue_size_refuses_while_the_default_level_queues(
     assert tags[:2] == ["busy", "p1"] and sorted(tags[2:]) == ["d0", "d1", "d2"], tags
 
 
+@timed_against_the_worker
 def test_a_level_s_own_timeout_rejects_while_the_default_level_waits(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -316,6 +328,7 @@ def test_a_level_s_own_timeout_rejects_while_the_default_level_waits(
     assert "timeout" in results["p2"].message()
 
 
+@timed_against_the_worker
 def test_a_level_s_delay_action_moves_a_timed_out_request_behind_its_level(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -363,6 +376,7 @@ def expect_one_more(
         time.sleep(0.02)
 
 
+@timed_against_the_worker
 def test_a_full_queue_counts_as_rejected(
     settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
@@ -378,6 +392,7 @@ def test_a_full_queue_counts_as_rejected(
     expect_one_more(settings_server, "bounded", before, "REJECTED")
 
 
+@timed_against_the_worker
 def test_a_cancelled_request_counts_as_canceled(
     settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
