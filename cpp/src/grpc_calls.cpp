@@ -5,6 +5,7 @@
 
 #include <grpc/slice.h>
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -152,6 +153,16 @@ const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::Serv
   if (shared_memory == nullptr) return nullptr;
   if (!shared_memory_on_tcp && context.peer().rfind("unix", 0) != 0) return nullptr;
   return shared_memory.get();
+}
+
+const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::ServerContextBase& context,
+                                                                const ParsedInferRequest& request) const {
+  const auto has_parameters = [](const auto& tensor) { return !tensor.parameters.empty(); };
+  if (std::none_of(request.inputs.begin(), request.inputs.end(), has_parameters) &&
+      std::none_of(request.outputs.begin(), request.outputs.end(), has_parameters)) {
+    return nullptr;
+  }
+  return shared_memory_for(context);
 }
 
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to) {
@@ -388,7 +399,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     request->token = transport_->next_token();
     request->deadline = core_deadline(*context_);
     status = build_inference_request(route->signature, parsed, received.owner, request.get(),
-                                     transport_->shared_memory_for(*context_));
+                                     transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
       count_failure(status, parsed.id);
       fail(to_grpc_status(status));

@@ -168,7 +168,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     inference->stream = true;
     inference->deadline = core_deadline(*context_);
     status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
-                                     transport_->shared_memory_for(*context_));
+                                     transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
       record_failure(*transport_, *route, status, parsed.id, *context_);
       return answer_error(to_grpc_status(status), std::string(parsed.id));

@@ -17,6 +17,7 @@
 
 #include "inferd/grpc_inflight_budget.h"
 #include "inferd/grpc_server.h"
+#include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/shared_memory.h"
@@ -43,6 +44,10 @@ struct TransportContext {
   // The registry a request of this call may use: null when shared memory is off or the call came
   // over TCP without shared_memory_on_tcp.
   const SharedMemoryRegistry* shared_memory_for(const grpc::ServerContextBase& context) const;
+  // The same for one parsed request, asked only when one of its tensors carries parameters (the
+  // only way to name a region): the common request costs no look at the peer (a string copy).
+  const SharedMemoryRegistry* shared_memory_for(const grpc::ServerContextBase& context,
+                                                const ParsedInferRequest& request) const;
 
   // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
   uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
