@@ -14,6 +14,18 @@ SLOW_SIZE = 1024  # per row: SLOW_PRODUCTS products of SLOW_SIZE^2 matrices, ~2 
 SLOW_PRODUCTS = 4
 
 
+# One instance on one thread, one request per execution: each request computes alone while
+# later ones wait in the queue.
+SINGLE_REQUEST_CONFIG = """
+max_batch_size: 1
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+dynamic_batching { }
+"""
+
+
 def write_slow_model(
     model_dir: Path, config: str, size: int = SLOW_SIZE, length: str | int = 1
 ) -> None:

@@ -29,7 +29,7 @@ from tests.integration.shm_client import (
     truncate,
     unix_client,
 )
-from tests.integration.slow_model import fp32_input, write_slow_model
+from tests.integration.slow_model import SINGLE_REQUEST_CONFIG, fp32_input, write_slow_model
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
@@ -39,14 +39,6 @@ MAX_BYTES = 1 << 20
 # One instance, one request per execution, four 1024x1024 products per row (~100 ms idle, more
 # under load): requests sent behind a running one wait in the queue, holding their regions.
 SLOW_MODEL = "slow_single"
-SLOW_CONFIG = """
-max_batch_size: 1
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
-dynamic_batching { }
-"""
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,7 @@ def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     root = tmp_path_factory.mktemp("shm-hostile")
     repository = root / "models"
     write_identity_model(repository / "identity_fp32", "FP32")
-    write_slow_model(repository / SLOW_MODEL, SLOW_CONFIG)
+    write_slow_model(repository / SLOW_MODEL, SINGLE_REQUEST_CONFIG)
     with running_server(
         repository,
         ["identity_fp32", SLOW_MODEL],

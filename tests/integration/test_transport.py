@@ -40,7 +40,7 @@ import inferd._proto.grpc_service_pb2_grpc as pb_grpc
 from inferd.examples import make_examples
 from tests.integration.certificates import Certificates, make_certificates, openssl_path
 from tests.integration.conftest import ServerProcess, SimpleCheck, running_server
-from tests.integration.slow_model import write_slow_model
+from tests.integration.slow_model import SINGLE_REQUEST_CONFIG, write_slow_model
 
 SERVICE = "inference.GRPCInferenceService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
@@ -488,21 +488,13 @@ def test_reflection_client_builds_the_inference_service(server: ServerProcess) -
 # 4 and 6. Message-size limit; deadlines and cancellation (a server with a slow model)
 
 SMALL_LIMIT = 65536
-SLOW_CONFIG = """
-max_batch_size: 1
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
-dynamic_batching { }
-"""
 
 
 @pytest.fixture(scope="module")
 def limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("limits")
     names = make_examples(root / "models")
-    write_slow_model(root / "models" / "slow", SLOW_CONFIG)
+    write_slow_model(root / "models" / "slow", SINGLE_REQUEST_CONFIG)
     with running_server(
         root / "models",
         [*names, "slow"],
