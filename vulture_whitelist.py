@@ -83,8 +83,6 @@ _.traceback
 # transport/core_server.py: grpc.aio calls a server interceptor's intercept_service.
 _.intercept_service
 
-# repository/ensemble.py: issue 16: called by the loader once ensembles are served; the plan's
-# ensemble_tensor and depends_on are read by the ensemble engine then (and by the tests now).
-_.plan_ensemble
-_.ensemble_tensor
+# repository/ensemble.py: the plan's graph, which tests/unit/test_ensemble_config.py checks; the
+# core derives its own from the steps' maps.
 _.depends_on

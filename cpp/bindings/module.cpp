@@ -10,6 +10,7 @@ void register_batching(py::module_& m);
 void register_cuda(py::module_& m);
 void register_completion_queue(py::module_& m);
 void register_scheduler(py::module_& m);
+void register_ensemble(py::module_& m);
 void register_shared_memory(py::module_& m);
 void register_onnxruntime(py::module_& m);
 void register_wire(py::module_& m);
@@ -27,6 +28,7 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_wire(m);
   inferd::python::register_onnxruntime(m);
   inferd::python::register_scheduler(m);
+  inferd::python::register_ensemble(m);
   inferd::python::register_shared_memory(m);
   inferd::python::register_grpc_server(m);
 }

@@ -63,6 +63,8 @@ void register_completion_queue(py::module_& m) {
       .def_readonly("batch_requests", &RequestTiming::batch_requests, "Requests in the batch.")
       .def_readonly("batch_rows", &RequestTiming::batch_rows, "Rows in the batch (its requests' batch sizes).")
       .def_readonly("instance", &RequestTiming::instance, "The executor instance that ran it.")
+      .def_readonly("steps", &RequestTiming::steps,
+                    "An ensemble request's finished steps (EnsembleStepTiming, by step); empty otherwise.")
       .def_static(
           "now_ns", [] { return ns(Clock::now()); }, "The core's clock now.")
       .def_static(
@@ -76,6 +78,16 @@ void register_completion_queue(py::module_& m) {
                ", batch_requests=" + std::to_string(t.batch_requests) + ", batch_rows=" + std::to_string(t.batch_rows) +
                ", instance=" + std::to_string(t.instance) + ")";
       });
+  py::class_<EnsembleStepTiming>(m, "EnsembleStepTiming",
+                                 "One finished step of an ensemble request: the composing model version that ran "
+                                 "it, when it was submitted to that version and answered (core clock ns), and how "
+                                 "its own request went (its batch).")
+      .def_readonly("step", &EnsembleStepTiming::step, "Index in the ensemble's steps.")
+      .def_readonly("model", &EnsembleStepTiming::model)
+      .def_readonly("version", &EnsembleStepTiming::version)
+      .def_property_readonly("submitted", [](const EnsembleStepTiming& t) { return ns(t.submitted); })
+      .def_property_readonly("answered", [](const EnsembleStepTiming& t) { return ns(t.answered); })
+      .def_readonly("timing", &EnsembleStepTiming::timing);
   py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")
       .def(py::init<>())
       .def("fileno", &CompletionQueue::fd, "The eventfd that is readable while completions wait.")

@@ -9,7 +9,7 @@
 
 #include "inferd/grpc_calls.h"
 #include "inferd/grpc_server.h"
-#include "inferd/scheduler.h"
+#include "inferd/request_scheduler.h"
 #include "inferd/shared_memory.h"
 #include "inferd/trace_sampling.h"
 #include "inferd/version_routing.h"
@@ -81,7 +81,7 @@ void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool for
     auto route = std::make_shared<ModelRoute>();
     route->model = r[2].cast<std::string>();
     route->version = r[3].cast<std::string>();
-    auto scheduler = r[4].cast<std::shared_ptr<Scheduler>>();
+    auto scheduler = r[4].cast<std::shared_ptr<RequestScheduler>>();
     route->scheduler = scheduler;
     snapshot->schedulers.push_back(std::move(scheduler));
     route->signature = r[5].cast<std::shared_ptr<ModelSignature>>();
@@ -145,7 +145,8 @@ void register_grpc_server(py::module_& m) {
            py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},
            "Replace the serving snapshot. forward_inference: every inference goes to the backend; tracing: those "
            "it samples do. routes: (name, version as requested ('' = default), model, version, "
-           "Scheduler, ModelSignature, serialized ModelMetadataResponse, serialized ModelConfigResponse); weights: "
+           "Scheduler or EnsembleScheduler, ModelSignature, serialized ModelMetadataResponse, serialized "
+           "ModelConfigResponse); weights: "
            "(name, [(version, weight)]) of the models whose inferences naming no version are routed by weight among "
            "those routed versions.")
       .def(

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inferd/model_signature.h"
+#include "inferd/request_scheduler.h"
 #include "inferd/scheduler.h"
 #include "onnxruntime_session.h"
 #include "python_executor.h"
@@ -152,7 +153,42 @@ void register_statistics(py::module_& m) {
 
 void register_scheduler(py::module_& m) {
   register_statistics(m);
-  py::class_<Scheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
+  py::class_<RequestScheduler, std::shared_ptr<RequestScheduler>>(
+      m, "RequestScheduler",
+      "What a checked request is handed to: a model version's Scheduler or an EnsembleScheduler.")
+      .def(
+          "submit_request",
+          [](RequestScheduler& scheduler, uint64_t token, const std::shared_ptr<ModelSignature>& signature,
+             const WireRequest& wire, uint64_t deadline_us, bool stream,
+             const std::shared_ptr<SharedMemoryRegistry>& shared_memory) {
+            auto request = std::make_unique<InferenceRequest>();
+            request->token = token;
+            request->stream = stream;
+            request->deadline = deadline_from_now(deadline_us);
+            // A large request may decode typed contents or walk many BYTES elements: other Python
+            // threads run meanwhile. Safe: the build reads C++ views of bytes that `wire` keeps
+            // alive, and copies of `owner` drop no Python reference (wire holds one). A small one
+            // keeps the GIL: a thread switch would cost more than the build.
+            // Shared memory too: a BYTES input there is copied out, and a slice's object is fstat'ed.
+            std::optional<py::gil_scoped_release> release;
+            if (wire.size >= (1u << 20) || shared_memory != nullptr) release.emplace();
+            Status status =
+                build_inference_request(signature, wire.parsed, wire.owner, request.get(), shared_memory.get());
+            release.reset();
+            // As in Scheduler.submit: the GIL stays held for the bounded push (an ensemble submits its
+            // first steps to their schedulers the same way).
+            if (status.ok()) status = scheduler.submit(std::move(request));
+            return py::make_tuple(static_cast<int>(status.code), status.message);
+          },
+          py::arg("token"), py::arg("signature"), py::arg("request"), py::arg("deadline_us") = 0,
+          py::arg("stream") = false, py::arg("shared_memory") = nullptr,
+          "Check a parsed request against the model's signature and queue it; shared_memory: the registry its "
+          "tensors may name regions of (None: refused). Returns (status code, message); "
+          "the answer, a serialized ModelInferResponse (ModelStreamInferResponse with stream), arrives on the "
+          "completion queue.")
+      .def("cancel", &RequestScheduler::cancel, py::arg("token"), py::call_guard<py::gil_scoped_release>(),
+           "Answer a request that has not started computing CANCELLED; False if it is already running or done.");
+  py::class_<Scheduler, RequestScheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
       .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
            py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"),
            "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray].")
@@ -191,37 +227,6 @@ void register_scheduler(py::module_& m) {
           "priority 0 = default level; timeout_us = queue timeout override; deadline_us = the caller's "
           "deadline from now (0 = none). Returns (status code, message); the answer arrives on the "
           "completion queue.")
-      .def(
-          "submit_request",
-          [](Scheduler& scheduler, uint64_t token, const std::shared_ptr<ModelSignature>& signature,
-             const WireRequest& wire, uint64_t deadline_us, bool stream,
-             const std::shared_ptr<SharedMemoryRegistry>& shared_memory) {
-            auto request = std::make_unique<InferenceRequest>();
-            request->token = token;
-            request->stream = stream;
-            request->deadline = deadline_from_now(deadline_us);
-            // A large request may decode typed contents or walk many BYTES elements: other Python
-            // threads run meanwhile. Safe: the build reads C++ views of bytes that `wire` keeps
-            // alive, and copies of `owner` drop no Python reference (wire holds one). A small one
-            // keeps the GIL: a thread switch would cost more than the build.
-            // Shared memory too: a BYTES input there is copied out, and a slice's object is fstat'ed.
-            std::optional<py::gil_scoped_release> release;
-            if (wire.size >= (1u << 20) || shared_memory != nullptr) release.emplace();
-            Status status =
-                build_inference_request(signature, wire.parsed, wire.owner, request.get(), shared_memory.get());
-            release.reset();
-            // As in submit: the GIL stays held for the bounded push.
-            if (status.ok()) status = scheduler.submit(std::move(request));
-            return py::make_tuple(static_cast<int>(status.code), status.message);
-          },
-          py::arg("token"), py::arg("signature"), py::arg("request"), py::arg("deadline_us") = 0,
-          py::arg("stream") = false, py::arg("shared_memory") = nullptr,
-          "Check a parsed request against the model's signature and queue it; shared_memory: the registry its "
-          "tensors may name regions of (None: refused). Returns (status code, message); "
-          "the answer, a serialized ModelInferResponse (ModelStreamInferResponse with stream), arrives on the "
-          "completion queue.")
-      .def("cancel", &Scheduler::cancel, py::arg("token"), py::call_guard<py::gil_scoped_release>(),
-           "Answer a still-queued request CANCELLED; False if it is already running or done.")
       .def(
           "shutdown",
           [](Scheduler& scheduler, bool reject_queued) {

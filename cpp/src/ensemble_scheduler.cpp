@@ -94,6 +94,7 @@ struct EnsembleRun {
   std::vector<StepState> steps;
   std::vector<uint64_t> step_tokens;                      // per started step
   std::vector<std::weak_ptr<Scheduler>> step_schedulers;  // per started step, for cancel (never owning)
+  std::vector<EnsembleStepTiming> step_timings;           // per step; `answered` set once it is done
   bool cancelled = false;
 };
 
@@ -118,19 +119,26 @@ struct EnsembleScheduler::Shared : std::enable_shared_from_this<Shared> {
   const SchedulerResolver resolver;
   const std::shared_ptr<CompletionQueue> completions;
 
+  ModelStatistics statistics;  // the ensemble's own, as a model's
+
   mutable std::mutex mutex;
+  std::condition_variable drained;                                  // notified when `runs` empties
   bool closed = false;                                              // guarded by mutex
   std::unordered_map<uint64_t, std::shared_ptr<EnsembleRun>> runs;  // guarded by mutex: unanswered
-  EnsembleStatisticsSnapshot stats;                                 // guarded by mutex
+  uint64_t requests = 0;                                            // guarded by mutex
+  std::vector<EnsembleStepStatistics> step_stats =
+      std::vector<EnsembleStepStatistics>(plan.steps.size());  // guarded by mutex
 
   // Marks `ready` started and submits each; what cannot start fails the run.
   void start_steps(const std::shared_ptr<EnsembleRun>& run, std::vector<size_t> ready);
   void step_done(const std::shared_ptr<EnsembleRun>& run, size_t step, Completion&& completion);
   // Answers the run with `status` unless answered already; cancels its queued steps.
   void fail(const std::shared_ptr<EnsembleRun>& run, Status status);
-  // Delivers the answer of a run whose request was taken out under its lock (no lock held), and records it.
+  // Delivers the answer of a run whose request (and finished steps' timings) were taken out under
+  // its lock (no lock held), and records it.
   void answer(const std::shared_ptr<EnsembleRun>& run, std::unique_ptr<InferenceRequest> request, Status status,
-              std::vector<Tensor> outputs);
+              std::vector<Tensor> outputs, std::vector<EnsembleStepTiming> steps);
+  static std::vector<EnsembleStepTiming> finished_steps(EnsembleRun* run);
   // Cancels, in their schedulers, the started steps of a run (no lock held).
   static void cancel_steps(std::vector<std::pair<uint64_t, std::weak_ptr<Scheduler>>> started);
   static std::vector<std::pair<uint64_t, std::weak_ptr<Scheduler>>> started_steps(const EnsembleRun& run);
@@ -157,21 +165,36 @@ void EnsembleScheduler::Shared::cancel_steps(std::vector<std::pair<uint64_t, std
   }
 }
 
+std::vector<EnsembleStepTiming> EnsembleScheduler::Shared::finished_steps(EnsembleRun* run) {
+  std::vector<EnsembleStepTiming> finished;
+  for (auto& timing : run->step_timings) {
+    if (timing.answered != Clock::time_point{}) finished.push_back(std::move(timing));
+  }
+  return finished;
+}
+
 void EnsembleScheduler::Shared::answer(const std::shared_ptr<EnsembleRun>& run,
                                        std::unique_ptr<InferenceRequest> request, Status status,
-                                       std::vector<Tensor> outputs) {
+                                       std::vector<Tensor> outputs, std::vector<EnsembleStepTiming> steps) {
   const Clock::time_point now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = runs.find(run->token);
     if (it != runs.end() && it->second == run) runs.erase(it);
-    (status.ok() ? stats.success : stats.fail).add(1, ns_between(run->start, now));
+    if (runs.empty()) drained.notify_all();
+  }
+  if (status.ok()) {
+    statistics.record_request(request->batch_size, ns_between(run->start, now));
+  } else {
+    statistics.record_failures(1, ns_between(run->start, now));
   }
   Completion completion;
   completion.token = run->token;
   completion.status = std::move(status);
   completion.outputs = std::move(outputs);
   completion.timing.enqueued = run->start;
+  completion.timing.compute_end = now;
+  completion.timing.steps = std::move(steps);
   completion.request = std::move(request);
   std::shared_ptr<CompletionSink> sink = completion.request->sink;
   if (sink) {
@@ -184,13 +207,15 @@ void EnsembleScheduler::Shared::answer(const std::shared_ptr<EnsembleRun>& run,
 void EnsembleScheduler::Shared::fail(const std::shared_ptr<EnsembleRun>& run, Status status) {
   std::unique_ptr<InferenceRequest> request;
   std::vector<std::pair<uint64_t, std::weak_ptr<Scheduler>>> started;
+  std::vector<EnsembleStepTiming> steps;
   {
     std::lock_guard<std::mutex> lock(run->mutex);
     request = std::move(run->request);
     if (!request) return;
     started = started_steps(*run);
+    steps = finished_steps(run.get());
   }
-  answer(run, std::move(request), std::move(status), {});
+  answer(run, std::move(request), std::move(status), {}, std::move(steps));
   cancel_steps(std::move(started));  // their answers find the run answered and are dropped
 }
 
@@ -212,7 +237,8 @@ void EnsembleScheduler::Shared::start_steps(const std::shared_ptr<EnsembleRun>& 
       for (size_t slot : plan_step.input_slots) request->inputs.push_back(run->tensors[slot]);
       run->step_tokens[step] = request->token;
     }
-    std::shared_ptr<Scheduler> scheduler = resolver(plan_step.model_name, plan_step.model_version);
+    ResolvedScheduler resolved = resolver(plan_step.model_name, plan_step.model_version);
+    std::shared_ptr<Scheduler> scheduler = std::move(resolved.scheduler);
     if (!scheduler) {
       fail(run,
            Status::Error(StatusCode::kUnavailable, step_label(step) + ": the model version " +
@@ -222,6 +248,9 @@ void EnsembleScheduler::Shared::start_steps(const std::shared_ptr<EnsembleRun>& 
     {
       std::lock_guard<std::mutex> lock(run->mutex);
       run->step_schedulers[step] = scheduler;
+      EnsembleStepTiming& timing = run->step_timings[step];
+      timing.version = resolved.version;
+      timing.submitted = Clock::now();
     }
     const uint64_t token = request->token;
     request->sink = std::make_shared<StepSink>(shared_from_this(), run, step);
@@ -245,6 +274,20 @@ void EnsembleScheduler::Shared::start_steps(const std::shared_ptr<EnsembleRun>& 
 
 void EnsembleScheduler::Shared::step_done(const std::shared_ptr<EnsembleRun>& run, size_t step,
                                           Completion&& completion) {
+  const Clock::time_point now = Clock::now();
+  Clock::time_point submitted;
+  {
+    std::lock_guard<std::mutex> lock(run->mutex);
+    EnsembleStepTiming& timing = run->step_timings[step];
+    timing.answered = now;
+    timing.timing = std::move(completion.timing);
+    submitted = timing.submitted;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    EnsembleStepStatistics& stats = step_stats[step];
+    (completion.status.ok() ? stats.success : stats.fail).add(1, ns_between(submitted, now));
+  }
   if (!completion.status.ok()) {
     fail(run, Status::Error(completion.status.code, step_label(step) + ": " + completion.status.message));
     return;
@@ -260,6 +303,7 @@ void EnsembleScheduler::Shared::step_done(const std::shared_ptr<EnsembleRun>& ru
   std::vector<size_t> ready;
   std::unique_ptr<InferenceRequest> request;
   std::vector<Tensor> outputs;
+  std::vector<EnsembleStepTiming> steps;
   bool cancelled = false;
   {
     std::lock_guard<std::mutex> lock(run->mutex);
@@ -283,13 +327,14 @@ void EnsembleScheduler::Shared::step_done(const std::shared_ptr<EnsembleRun>& ru
       if (complete) {
         request = std::move(run->request);
         for (size_t slot : plan.output_slots) outputs.push_back(run->tensors[slot]);
+        steps = finished_steps(run.get());
       }
     }
   }
   if (cancelled) {
     fail(run, Status::Error(StatusCode::kCancelled, "the request was cancelled"));
   } else if (request) {
-    answer(run, std::move(request), Status::Ok(), std::move(outputs));
+    answer(run, std::move(request), Status::Ok(), std::move(outputs), std::move(steps));
   } else {
     start_steps(run, std::move(ready));
   }
@@ -320,6 +365,11 @@ Status EnsembleScheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
   run->steps.assign(plan.steps.size(), EnsembleRun::StepState::kWaiting);
   run->step_tokens.assign(plan.steps.size(), 0);
   run->step_schedulers.resize(plan.steps.size());
+  run->step_timings.resize(plan.steps.size());
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    run->step_timings[s].step = static_cast<uint32_t>(s);
+    run->step_timings[s].model = plan.steps[s].model_name;
+  }
   std::vector<size_t> ready;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     size_t missing = 0;
@@ -339,7 +389,7 @@ Status EnsembleScheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
       return Status::Error(StatusCode::kInvalidArgument, "ensemble '" + plan.name + "': request token " +
                                                              std::to_string(run->token) + " is already in flight");
     }
-    ++shared_->stats.requests;
+    ++shared_->requests;
     run->request = std::move(request);  // accepted: from here on answered exactly once
   }
   shared_->start_steps(run, std::move(ready));
@@ -386,9 +436,19 @@ void EnsembleScheduler::shutdown() {
   }
 }
 
+void EnsembleScheduler::drain() {
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  shared_->closed = true;
+  shared_->drained.wait(lock, [&] { return shared_->runs.empty(); });
+}
+
 EnsembleStatisticsSnapshot EnsembleScheduler::statistics() const {
+  EnsembleStatisticsSnapshot snapshot;
+  snapshot.model = shared_->statistics.snapshot();
   std::lock_guard<std::mutex> lock(shared_->mutex);
-  return shared_->stats;
+  snapshot.requests = shared_->requests;
+  snapshot.steps = shared_->step_stats;
+  return snapshot;
 }
 
 size_t EnsembleScheduler::running_requests() const {

@@ -394,7 +394,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     route_ = route;
-    const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
+    const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto request = std::make_unique<InferenceRequest>();
     request->token = transport_->next_token();
     request->deadline = core_deadline(*context_);
@@ -438,7 +438,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     }
     if (token == 0) return;
     // Still queued: out it goes. Unless the model is gone, whose scheduler answered it in draining.
-    if (const std::shared_ptr<Scheduler> scheduler = route_->scheduler.lock()) scheduler->cancel(token);
+    if (const std::shared_ptr<RequestScheduler> scheduler = route_->scheduler.lock()) scheduler->cancel(token);
   }
 
   void count_failure(const Status& status, std::string_view request_id) {

@@ -103,7 +103,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     // in InferCall::cancelled).
     if (!deadline_passed(*context_)) {
       for (const auto& [token, route] : in_core) {
-        if (const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock()) scheduler->cancel(token);
+        if (const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock()) scheduler->cancel(token);
       }
     }
     for (const auto& call : forwarded) call->context.TryCancel();
@@ -162,7 +162,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
     if (route == nullptr) return forward(request, std::string(parsed.id), false, std::move(reservation));
 
-    const std::shared_ptr<Scheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
+    const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
     inference->token = transport_->next_token();
     inference->stream = true;

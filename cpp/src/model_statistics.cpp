@@ -68,6 +68,17 @@ void ModelStatistics::record_failures(uint64_t count, uint64_t total_ns) {
   for (uint64_t i = 0; i < count; ++i) stats_.request_duration.add(total_ns / count);
 }
 
+void ModelStatistics::record_request(int64_t rows, uint64_t total_ns) {
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.last_inference_ms = static_cast<uint64_t>(now_ms.count());
+  stats_.inference_count += static_cast<uint64_t>(rows);
+  stats_.execution_count += 1;
+  stats_.success.add(1, total_ns);
+  stats_.request_duration.add(total_ns);
+}
+
 StatisticsSnapshot ModelStatistics::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

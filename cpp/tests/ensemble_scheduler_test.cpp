@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "inferd/scheduler_directory.h"
+
 namespace inferd {
 namespace {
 
@@ -102,9 +104,10 @@ std::shared_ptr<Scheduler> make_scheduler(const std::string& name, const ModelSp
 struct Models {
   std::map<std::string, std::shared_ptr<Scheduler>> schedulers;
   SchedulerResolver resolver() {
-    return [this](const std::string& model, int64_t) -> std::shared_ptr<Scheduler> {
+    return [this](const std::string& model, int64_t) -> ResolvedScheduler {
       auto it = schedulers.find(model);
-      return it == schedulers.end() ? nullptr : it->second;
+      if (it == schedulers.end()) return {};
+      return {it->second, 1};
     };
   }
   // Shuts every scheduler down first, so that no step completes into a test's dying state.
@@ -183,12 +186,36 @@ TEST(EnsembleScheduler, AChainOfThreeAnswersWhatTheModelsComputeInTurn) {
     EXPECT_EQ(value(c.outputs[0]), (static_cast<int32_t>(token) + 1) * 2 - 3);
     ASSERT_NE(c.request, nullptr);  // handed back for release on the consumer's thread
     EXPECT_EQ(c.request->id, "req-" + std::to_string(token));
+    // Each step's timing: which model ran it, in which batch, between its submission and answer.
+    ASSERT_EQ(c.timing.steps.size(), 3u);
+    for (uint32_t s = 0; s < 3; ++s) {
+      const EnsembleStepTiming& step = c.timing.steps[s];
+      EXPECT_EQ(step.step, s);
+      EXPECT_EQ(step.model, std::string(1, static_cast<char>('a' + s)));
+      EXPECT_EQ(step.version, 1);
+      EXPECT_GT(step.timing.batch_id, 0u);
+      EXPECT_LE(c.timing.enqueued, step.submitted);
+      EXPECT_LE(step.submitted, step.answered);
+      EXPECT_LE(step.answered, c.timing.compute_end);
+      if (s > 0) {
+        EXPECT_LE(c.timing.steps[s - 1].answered, step.submitted);  // a chain
+      }
+    }
   }
   auto stats = ensemble.statistics();
   EXPECT_EQ(stats.requests, static_cast<uint64_t>(kRequests));
-  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests));
-  EXPECT_EQ(stats.fail.count, 0u);
-  EXPECT_GT(stats.success.ns, 0u);
+  EXPECT_EQ(stats.model.success.count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.model.fail.count, 0u);
+  EXPECT_GT(stats.model.success.ns, 0u);
+  // As Triton counts an ensemble: one execution per request, its rows as inferences.
+  EXPECT_EQ(stats.model.execution_count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.model.inference_count, static_cast<uint64_t>(kRequests));
+  EXPECT_GT(stats.model.last_inference_ms, 0u);
+  ASSERT_EQ(stats.steps.size(), 3u);
+  for (const EnsembleStepStatistics& step : stats.steps) {
+    EXPECT_EQ(step.success.count, static_cast<uint64_t>(kRequests));
+    EXPECT_EQ(step.fail.count, 0u);
+  }
   EXPECT_EQ(ensemble.running_requests(), 0u);
   for (const char* model : {"a", "b", "c"}) {
     EXPECT_EQ(models.schedulers[model]->statistics().success.count, static_cast<uint64_t>(kRequests)) << model;
@@ -341,8 +368,12 @@ TEST(EnsembleScheduler, AFailingStepFailsOnlyItsRequestAndIsNamed) {
   }
   EXPECT_EQ(models.schedulers["c"]->statistics().success.count, static_cast<uint64_t>(kRequests - 1));
   auto stats = ensemble.statistics();
-  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests - 1));
-  EXPECT_EQ(stats.fail.count, 1u);
+  EXPECT_EQ(stats.model.success.count, static_cast<uint64_t>(kRequests - 1));
+  EXPECT_EQ(stats.model.fail.count, 1u);
+  ASSERT_EQ(stats.steps.size(), 3u);
+  EXPECT_EQ(stats.steps[1].fail.count, 1u);  // only the failing step counts the failure
+  EXPECT_EQ(stats.steps[0].fail.count + stats.steps[2].fail.count, 0u);
+  EXPECT_EQ(stats.steps[2].success.count, static_cast<uint64_t>(kRequests - 1));
 }
 
 TEST(EnsembleScheduler, DeadlineAndCancelReachTheQueuedStep) {
@@ -380,7 +411,7 @@ TEST(EnsembleScheduler, DeadlineAndCancelReachTheQueuedStep) {
   gate.release();
   EXPECT_EQ(collect(*queue, 1).count(100), 1u);
   EXPECT_EQ(computed.load(), 1);  // only the direct request ran
-  EXPECT_EQ(ensemble.statistics().fail.count, 2u);
+  EXPECT_EQ(ensemble.statistics().model.fail.count, 2u);
 }
 
 TEST(EnsembleScheduler, AStepWhoseModelIsNotLoadedFailsTheRequestUnavailable) {
@@ -437,6 +468,38 @@ TEST(EnsembleScheduler, ShutdownAnswersEveryRunningRequestOnceAndDropsTheirLateS
   EXPECT_TRUE(queue->drain().empty());
 }
 
+TEST(EnsembleScheduler, DrainWaitsForEveryRunningRequestAndRefusesNewOnes) {
+  auto queue = std::make_shared<CompletionQueue>();
+  Gate gate;
+  Models models;
+  models.schedulers["a"] =
+      make_scheduler("a", {plus(1), [&](const std::vector<Tensor>&) { return gate.pass(); }}, queue);
+  models.schedulers["b"] = make_scheduler("b", {times(2)}, queue);
+  EnsembleScheduler ensemble(
+      definition("chain", {"OUT"}, {step("a", {{"IN0", "IN"}}, "t"), step("b", {{"IN0", "t"}}, "OUT")}),
+      models.resolver(), queue);
+  constexpr int kRequests = 3;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(ensemble.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  gate.wait_for_waiter();  // step 0 of a request computing, the others queued
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    ensemble.drain();
+    drained = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(drained) << "drain returned while requests were still running";
+  EXPECT_EQ(ensemble.submit(int_request(99, 1)).code, StatusCode::kUnavailable);  // intake closed
+  gate.release();
+  drainer.join();
+  EXPECT_EQ(ensemble.running_requests(), 0u);
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    ASSERT_TRUE(c.status.ok()) << token << ": " << c.status.message;  // drained, not failed
+    EXPECT_EQ(value(c.outputs.at(0)), (static_cast<int32_t>(token) + 1) * 2);
+  }
+}
+
 TEST(EnsembleScheduler, ManyConcurrentRequestsWithCancelsAreEachAnsweredOnce) {
   auto queue = std::make_shared<CompletionQueue>();
   Models models;
@@ -485,7 +548,7 @@ TEST(EnsembleScheduler, ManyConcurrentRequestsWithCancelsAreEachAnsweredOnce) {
   EXPECT_EQ(ensemble.running_requests(), 0u);
   auto stats = ensemble.statistics();
   EXPECT_EQ(stats.requests, static_cast<uint64_t>(kClients * kPerClient));
-  EXPECT_EQ(stats.success.count + stats.fail.count, stats.requests);
+  EXPECT_EQ(stats.model.success.count + stats.model.fail.count, stats.requests);
   EXPECT_TRUE(collect(*queue, 1, milliseconds(100)).empty());  // nothing answered twice, late
 }
 
@@ -511,6 +574,35 @@ TEST(EnsembleScheduler, EnsembleStepsBatchWithDirectTrafficInTheComposingModel) 
   auto stats = a.statistics();
   EXPECT_EQ(stats.execution_count, 2u);
   EXPECT_EQ(stats.batches.count(7), 1u) << "3 direct and 4 ensemble requests did not share a batch";
+}
+
+TEST(SchedulerDirectory, FindsANamedVersionAndTheHighestOneStillAlive) {
+  auto queue = std::make_shared<CompletionQueue>();
+  auto v1 = make_scheduler("m", {plus(1)}, queue);
+  auto v2 = make_scheduler("m", {plus(2)}, queue);
+  auto v3 = make_scheduler("m", {plus(3)}, queue);
+  auto directory = std::make_shared<SchedulerDirectory>();
+  EXPECT_EQ(directory->find("m", -1).scheduler, nullptr);  // nothing published yet
+  directory->publish({{"m", {{1, v1}, {2, v2}, {3, v3}}}});
+  EXPECT_EQ(directory->find("m", 2).scheduler, v2);
+  EXPECT_EQ(directory->find("m", 2).version, 2);
+  EXPECT_EQ(directory->find("m", -1).scheduler, v3);
+  EXPECT_EQ(directory->find("m", -1).version, 3);
+  EXPECT_EQ(directory->find("m", 4).scheduler, nullptr);
+  EXPECT_EQ(directory->find("other", -1).scheduler, nullptr);
+  // The directory does not own: a version whose owner let go is skipped by "latest".
+  v3->shutdown(Scheduler::ShutdownMode::kReject);
+  v3.reset();
+  EXPECT_EQ(directory->find("m", 3).scheduler, nullptr);
+  EXPECT_EQ(directory->find("m", -1).scheduler, v2);
+  EXPECT_EQ(directory->find("m", -1).version, 2);
+  // A new publication replaces the old one whole.
+  directory->publish({{"m", {{1, v1}}}});
+  EXPECT_EQ(directory->find("m", 2).scheduler, nullptr);
+  EXPECT_EQ(directory->find("m", -1).scheduler, v1);
+  SchedulerResolver resolve = SchedulerDirectory::resolver(directory);
+  EXPECT_EQ(resolve("m", -1).scheduler, v1);
+  for (auto* s : {&v1, &v2}) (*s)->shutdown(Scheduler::ShutdownMode::kReject);
 }
 
 }  // namespace

@@ -108,10 +108,10 @@ class DataPlane:
 
     def ready_versions(self) -> dict[str, list[int]]:
         """Each model with a ready version, with its ready versions."""
-        return {
-            name: self._registry.ready_versions(name)
-            for name in {m.name for m in self._registry.loaded()}
+        ready = {
+            name: self._registry.ready_versions(name) for name in self._registry.ready_models()
         }
+        return {name: versions for name, versions in ready.items() if versions}
 
     def version_weights(self, name: str) -> dict[int, int] | None:
         """Where ``name``'s inferences naming no version go: the weights of its ready weighted

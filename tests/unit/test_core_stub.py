@@ -123,7 +123,13 @@ def _stub_body(body: list[ast.stmt], in_class: bool) -> dict[str, Member]:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # a docstring or `...`
         if isinstance(node, ast.ClassDef):
-            members[node.name] = Member("class", members=_stub_body(node.body, True))
+            # A class has what its bases declared earlier in the stub declare, then its own.
+            inherited: dict[str, Member] = {}
+            for base in node.bases:
+                if ast.unparse(base) in members:
+                    inherited.update(members[ast.unparse(base)].members)
+            own = _stub_body(node.body, True)
+            members[node.name] = Member("class", members={**inherited, **own})
         elif isinstance(node, ast.FunctionDef):
             decorators = _decorator_names(node)
             if f"{node.name}.setter" in decorators:

@@ -117,7 +117,7 @@ async def failed_load(root: Path, name: str) -> str:
         ('backend: "pytorch"\n', "model.pt", "backend 'pytorch'"),
         ('platform: "pytorch_libtorch"\n', "model.pt", "platform 'pytorch_libtorch'"),
         ('platform: "tensorflow_savedmodel"\n', "model.savedmodel", "platform 'tensorflow_"),
-        ('platform: "ensemble"\n', "", "platform 'ensemble'"),
+        ('platform: "onnxruntime_ensemble"\n', "", "platform 'onnxruntime_ensemble'"),
     ],
 )
 async def test_a_backend_inferd_cannot_run_is_named_as_such(

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "inferd/completion_queue.h"
 #include "inferd/inference_request.h"
 #include "inferd/model_statistics.h"
+#include "inferd/request_scheduler.h"
 #include "inferd/scheduler.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
@@ -52,16 +54,29 @@ struct EnsembleDefinition {
   std::vector<EnsembleStep> steps;
 };
 
-// Finds the Scheduler that runs a composing model's version now (-1 = latest); null when none is
-// loaded. Called once per step of each request, so a model reloaded meanwhile is found anew.
-using SchedulerResolver = std::function<std::shared_ptr<Scheduler>(const std::string& model, int64_t version)>;
+// The Scheduler that runs a composing model's version now, and that version's number.
+struct ResolvedScheduler {
+  std::shared_ptr<Scheduler> scheduler;  // null when no such version is loaded
+  int64_t version = 0;
+};
+// Finds the Scheduler of a composing model's version (-1 = latest). Called once per step of each
+// request, so a model reloaded meanwhile is found anew.
+using SchedulerResolver = std::function<ResolvedScheduler(const std::string& model, int64_t version)>;
+
+// One step's requests, from their submission to their answer.
+struct EnsembleStepStatistics {
+  Duration success;  // answered with outputs
+  Duration fail;     // answered with an error (the step's own; a cancelled step counts here)
+};
 
 // What EnsembleScheduler::statistics() reports: the ensemble's own counts and durations, from
-// submit() to the answer (the composing models count their steps in their own statistics).
+// submit() to the answer, in a model's shape as Triton reports an ensemble (one execution per
+// request, rows as inferences, no queue or compute time of its own: the composing models count
+// their steps in their own statistics); and per step.
 struct EnsembleStatisticsSnapshot {
-  uint64_t requests = 0;  // accepted by submit()
-  Duration success;       // answered with every output
-  Duration fail;          // answered with an error (a step's, cancellation, shutdown)
+  uint64_t requests = 0;                      // accepted by submit()
+  StatisticsSnapshot model;                   // success: answered with every output; fail: with an error
+  std::vector<EnsembleStepStatistics> steps;  // per step, in the definition's order
 };
 
 // Runs an ensemble's steps as a dataflow graph over the composing models' own Schedulers.
@@ -74,8 +89,8 @@ struct EnsembleStatisticsSnapshot {
 // independent steps run concurrently and ensemble traffic batches with direct traffic in each
 // composing model's batcher. A step request carries the ensemble request's id, batch size,
 // priority, queue timeout and deadline. When every ensemble output exists the request is answered
-// with them in the definition's output order. The first failing step fails the request (its code,
-// a message naming the step's index and model, then the step's message); the run's later step
+// with them in the definition's output order, its timing listing each finished step's. The first failing step fails the
+// request (its code, a message naming the step's index and model, then the step's message); the run's later step
 // completions are dropped. A step that cannot start (no scheduler: UNAVAILABLE; refused by its
 // scheduler: that status) fails the request the same way.
 //
@@ -95,12 +110,12 @@ struct EnsembleStatisticsSnapshot {
 // exist; a run's state is touched only under its own lock, and no lock of this class is held while
 // calling a Scheduler or a sink. Late step completions (after the answer) hold only shared state
 // (never this object), so they are safe after this object is gone.
-class EnsembleScheduler {
+class EnsembleScheduler final : public RequestScheduler {
  public:
   EnsembleScheduler(EnsembleDefinition definition, SchedulerResolver resolver,
                     std::shared_ptr<CompletionQueue> completions);
   // Shuts down if shutdown() was not called.
-  ~EnsembleScheduler();
+  ~EnsembleScheduler() override;
   EnsembleScheduler(const EnsembleScheduler&) = delete;
   EnsembleScheduler& operator=(const EnsembleScheduler&) = delete;
 
@@ -109,17 +124,21 @@ class EnsembleScheduler {
   // request with the caller: INVALID_ARGUMENT for a wrong input count or a token already in
   // flight, UNAVAILABLE after shutdown(). Otherwise owns the request and answers it exactly once,
   // possibly on this thread (a first step that cannot start). Thread-safe.
-  Status submit(std::unique_ptr<InferenceRequest>&& request);
+  Status submit(std::unique_ptr<InferenceRequest>&& request) override;
 
   // Cancels the request with `token` if it is still running: its queued steps are cancelled in
   // their schedulers, no further step starts, and the request is answered CANCELLED (a step
   // already computing runs to its end and is then dropped). Returns whether the request was
   // running. Thread-safe; the answer may be delivered on this thread.
-  bool cancel(uint64_t token);
+  bool cancel(uint64_t token) override;
 
   // Closes intake and answers every running request UNAVAILABLE, cancelling its queued steps.
   // Thread-safe and idempotent; never waits for a step.
   void shutdown();
+
+  // Closes intake and blocks until every running request has been answered (its steps run on in
+  // their composing models, whose own shutdown answers what they hold). Thread-safe.
+  void drain();
 
   EnsembleStatisticsSnapshot statistics() const;
   size_t running_requests() const;

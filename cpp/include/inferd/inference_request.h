@@ -59,14 +59,28 @@ struct InferenceRequest {
   std::vector<int64_t> shape_key;                           // non-batch dims of every input: requests batch when equal
 };
 
+struct EnsembleStepTiming;
+
 // How one request went through the core, on the steady clock (time_point{} = did not happen).
-// The batch fields say which batch it rode in: ids count up per scheduler from 1.
+// The batch fields say which batch it rode in: ids count up per scheduler from 1. An ensemble
+// request rides no batch itself: its steps' timings say how each step's request went.
 struct RequestTiming {
   Clock::time_point enqueued{}, compute_start{}, input_done{}, infer_done{}, compute_end{};
   uint64_t batch_id = 0;
-  uint32_t batch_requests = 0;  // requests in the batch
-  int64_t batch_rows = 0;       // rows in the batch (sum of batch sizes)
-  uint32_t instance = 0;        // which executor instance ran it
+  uint32_t batch_requests = 0;            // requests in the batch
+  int64_t batch_rows = 0;                 // rows in the batch (sum of batch sizes)
+  uint32_t instance = 0;                  // which executor instance ran it
+  std::vector<EnsembleStepTiming> steps;  // an ensemble request's finished steps; empty otherwise
+};
+
+// One finished step of an ensemble request: which step, the composing model version that ran it,
+// when it was handed to that version's scheduler and when its answer came back.
+struct EnsembleStepTiming {
+  uint32_t step = 0;  // index in the ensemble's steps
+  std::string model;
+  int64_t version = 0;
+  Clock::time_point submitted{}, answered{};
+  RequestTiming timing;  // the step request's own (its batch)
 };
 
 // The answer to one request. `request` travels back with it so that the caller's buffers are

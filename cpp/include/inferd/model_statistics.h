@@ -60,6 +60,9 @@ class ModelStatistics {
   void record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests, const BatchTimeline& timeline);
   // Records `count` requests that failed after `total_ns` in the core (queued or computing).
   void record_failures(uint64_t count, uint64_t total_ns);
+  // Records one request of `rows` answered after `total_ns` that rode no batch of this model's
+  // own (an ensemble's): one execution, as Triton counts an ensemble's; no queue or compute time.
+  void record_request(int64_t rows, uint64_t total_ns);
   StatisticsSnapshot snapshot() const;
 
  private:

@@ -16,6 +16,7 @@
 #include "inferd/inference_request.h"
 #include "inferd/model_statistics.h"
 #include "inferd/pinned_buffer_pool.h"
+#include "inferd/request_scheduler.h"
 
 namespace inferd {
 
@@ -45,7 +46,7 @@ struct SchedulerOptions {
 // expired, cancelled or rejected at shutdown; each executor is used by one worker thread only;
 // workers are joined before the scheduler is destroyed; with preserve_ordering, completions leave
 // in enqueue order; an isolated batch costs at most the bound above in extra executions.
-class Scheduler {
+class Scheduler final : public RequestScheduler {
  public:
   enum class ShutdownMode {
     kDrain,   // queued requests are still computed
@@ -56,18 +57,18 @@ class Scheduler {
   Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
             std::shared_ptr<CompletionQueue> completions, std::shared_ptr<PinnedBufferPool> pool);
   // Shuts down with kDrain if shutdown() was not called. Blocks until the workers exit.
-  ~Scheduler();
+  ~Scheduler() override;
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Checks that each input's bytes match its shape (INVALID_ARGUMENT if not) and queues `request`
   // (see DynamicBatcher::enqueue for the other refusals). Thread-safe; never blocks beyond the
   // batcher's lock. On success the scheduler owns the request; on failure it stays with the caller.
-  Status submit(std::unique_ptr<InferenceRequest>&& request);
+  Status submit(std::unique_ptr<InferenceRequest>&& request) override;
 
   // Answers the request with `token` CANCELLED if it is still queued; returns whether it was.
   // A request already in a batch runs to the end. Thread-safe, non-blocking.
-  bool cancel(uint64_t token);
+  bool cancel(uint64_t token) override;
 
   // Closes intake, answers or computes what is queued (per `mode`) and joins the workers.
   // Thread-safe and idempotent; blocks until every worker has exited.

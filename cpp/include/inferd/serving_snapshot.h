@@ -11,13 +11,14 @@
 
 #include "inferd/infer_request_parser.h"
 #include "inferd/model_signature.h"
-#include "inferd/scheduler.h"
+#include "inferd/request_scheduler.h"
 #include "inferd/trace_sampling.h"
 #include "inferd/version_routing.h"
 
 namespace inferd {
 
-// One model version as a request names it: its scheduler and signature, and the answers to its
+// One model version as a request names it: its scheduler (a model's Scheduler, or an ensemble's
+// EnsembleScheduler) and signature, and the answers to its
 // ModelMetadata and ModelConfig calls, serialized by Python with the code that answers them when
 // the transport asks Python instead.
 //
@@ -27,7 +28,7 @@ namespace inferd {
 struct ModelRoute {
   std::string model;  // the version's own name and number, for failure counts
   std::string version;
-  std::weak_ptr<Scheduler> scheduler;
+  std::weak_ptr<RequestScheduler> scheduler;
   std::shared_ptr<const ModelSignature> signature;
   std::string metadata_response;  // serialized ModelMetadataResponse
   std::string config_response;    // serialized ModelConfigResponse
@@ -52,7 +53,7 @@ struct ServingSnapshot {
   std::map<std::string, Versions, std::less<>> models;
   // Keeps every routed version's scheduler alive while the snapshot is current or a call that
   // read it is still submitting.
-  std::vector<std::shared_ptr<Scheduler>> schedulers;
+  std::vector<std::shared_ptr<RequestScheduler>> schedulers;
 
   // A model's ready weighted versions (config parameter inferd.version_weights): where its
   // inferences that name no version go. Only models with weights are here; one whose weighted

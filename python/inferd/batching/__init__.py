@@ -23,12 +23,14 @@ from inferd.batching.cuda import (
     DeviceBufferPool,
     pinned_array,
 )
+from inferd.batching.ensemble import CoreEnsembleStep, EnsembleScheduler, SchedulerDirectory
 from inferd.batching.executor import Executor, StagingExecutor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
     "BatchingPolicy",
     "CompletionDispatcher",
+    "CoreEnsembleStep",
     "CoreResult",
     "CoreTensor",
     "CoreTiming",
@@ -36,11 +38,13 @@ __all__ = [
     "CudaStream",
     "DeviceBuffer",
     "DeviceBufferPool",
+    "EnsembleScheduler",
     "Executor",
     "HostBufferPool",
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
+    "SchedulerDirectory",
     "StagingExecutor",
     "TensorSignature",
     "WireRequest",

@@ -203,6 +203,34 @@ def _core_options(value: Any) -> Any:
     return value
 
 
+async def run_parsed_request(
+    core: Any,
+    dispatcher: CompletionDispatcher,
+    signature: ModelSignature,
+    request: WireRequest,
+    *,
+    deadline_s: float | None,
+    stream: bool,
+    shared_memory: SharedMemoryRegistry | None,
+) -> CoreResult:
+    """Hands a parsed ModelInferRequest to a core RequestScheduler (a model version's or an
+    ensemble's), which checks it against ``signature``, and awaits its serialized answer; a
+    cancelled caller takes its request out of the queue (or drops its answer)."""
+    deadline_us = _deadline_us(deadline_s)
+    token, future = dispatcher.expect()
+    code, message = core.submit_request(
+        token, signature, request, deadline_us, stream, shared_memory=shared_memory
+    )
+    if code != 0:
+        dispatcher.forget(token)
+        raise error_for_code(code, message)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        core.cancel(token)
+        raise
+
+
 class ModelScheduler:
     """One model version's queue, batcher and executor instances in the core."""
 
@@ -273,19 +301,15 @@ class ModelScheduler:
         with ``stream``, which the core's own server uses; the tests check both writers from
         here). Deadline and cancellation as in ``infer``. ``shared_memory``: the regions its tensors
         may name (None: a tensor naming one is refused)."""
-        deadline_us = _deadline_us(deadline_s)
-        token, future = self._dispatcher.expect()
-        code, message = self._core.submit_request(
-            token, self._signature, request, deadline_us, stream, shared_memory=shared_memory
+        return await run_parsed_request(
+            self._core,
+            self._dispatcher,
+            self._signature,
+            request,
+            deadline_s=deadline_s,
+            stream=stream,
+            shared_memory=shared_memory,
         )
-        if code != 0:
-            self._dispatcher.forget(token)
-            raise error_for_code(code, message)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._core.cancel(token)
-            raise
 
     @property
     def executors(self) -> list[Executor]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +15,11 @@ import structlog
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from inferd.batching import (
     CompletionDispatcher,
+    CoreEnsembleStep,
+    EnsembleScheduler,
     HostBufferPool,
     ModelScheduler,
+    SchedulerDirectory,
     core_signature,
     cuda_device_count,
     cuda_runtime_description,
@@ -36,6 +39,8 @@ from inferd.repository import (
     model_filename,
     stated_config,
 )
+from inferd.repository.config import ENSEMBLE_PLATFORM
+from inferd.repository.ensemble import EnsemblePlan, check_ensemble_config, plan_ensemble
 from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
 
@@ -90,6 +95,7 @@ class ModelVersionBuilder:
         repository: ModelRepository,
         dispatcher: CompletionDispatcher,
         pool: HostBufferPool,
+        directory: SchedulerDirectory,
         *,
         default_max_batch_size: int,
         onnxruntime_options: OnnxRuntimeOptions,
@@ -100,20 +106,34 @@ class ModelVersionBuilder:
         self._repository = repository
         self._dispatcher = dispatcher
         self._pool = pool
+        self._directory = directory
         self._default_max_batch_size = default_max_batch_size
         self._ort_options = onnxruntime_options
         self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
+
+    def composing_models(self, name: str, override: ModelConfig | None = None) -> list[str]:
+        """The models an ensemble's steps run, as its config states them (none for a model
+        that is not an ensemble, or whose config cannot be read: its load says why)."""
+        try:
+            stated = stated_config(self._repository.config_path(name), override, name=name)
+        except InferdError:
+            return []
+        if stated.platform != ENSEMBLE_PLATFORM:
+            return []
+        return list(dict.fromkeys(s.model_name for s in stated.ensemble_scheduling.step))
 
     def build(
         self,
         name: str,
         override: ModelConfig | None,
         abandon: threading.Event | None = None,
+        composing: Mapping[str, Mapping[int, ModelConfig]] | None = None,
     ) -> dict[int, LoadedModel]:
         """Builds every version the policy selects, warmed up (``override``: a ModelConfig
         replacing config.pbtxt). Raises (after freeing what it built) if any version fails, and
         Cancelled once ``abandon`` is set (checked between steps and warm-up runs: a session
-        being created or a run in progress is not interrupted)."""
+        being created or a run in progress is not interrupted). ``composing``: the served
+        models' versions and completed configs, which an ensemble's steps are checked against."""
         abandon = abandon or threading.Event()
         available = self._repository.versions(name)
         if not available:
@@ -121,6 +141,8 @@ class ModelVersionBuilder:
         config_path = self._repository.config_path(name)
         # The newest version's model completes the config (Triton does the same).
         stated = stated_config(config_path, override, name=name)
+        if stated.platform == ENSEMBLE_PLATFORM:
+            return self._build_ensemble(name, stated, available, composing or {})
         newest_file = self._repository.model_file(name, available[-1], model_filename(stated))
         config = load_model_config(
             name,
@@ -202,3 +224,85 @@ class ModelVersionBuilder:
             [t.datatype.config_type for t in outputs],
         )
         return LoadedModel(name, version, config, inputs, outputs, scheduler)
+
+    def _build_ensemble(
+        self,
+        name: str,
+        config: ModelConfig,
+        available: list[int],
+        composing: Mapping[str, Mapping[int, ModelConfig]],
+    ) -> dict[int, LoadedModel]:
+        """An ensemble's versions: its config checked, its steps checked against the composing
+        models' served configs (``plan_ensemble``), one core EnsembleScheduler per version."""
+        check_ensemble_config(name, config)
+        config.name = name
+        plan = plan_ensemble(config, composing)
+        steps = _core_steps(name, config, plan, composing)
+        versions = _selected_versions(config, available)
+        if not versions:
+            raise ModelLoadError(f"model {name!r}: the version policy selects none of {available}")
+        version_weights(config, versions)
+        inputs, outputs = _specs(config.input), _specs(config.output)
+        built: dict[int, LoadedModel] = {}
+        for version in versions:
+            scheduler = EnsembleScheduler(
+                self._dispatcher,
+                self._directory,
+                core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
+                inputs,
+                outputs,
+                steps,
+                int(config.max_batch_size),
+            )
+            composed = tuple((s.model, s.version) for s in steps)
+            built[version] = LoadedModel(
+                name, version, config, inputs, outputs, scheduler, composing=composed
+            )
+        return built
+
+
+def _core_steps(
+    name: str,
+    config: ModelConfig,
+    plan: EnsemblePlan,
+    composing: Mapping[str, Mapping[int, ModelConfig]],
+) -> list[CoreEnsembleStep]:
+    """The plan's steps as the core runs them, in the config's order (so that messages name a
+    step by its index there): every input of the composing model in its input order, outputs by
+    their index in the model's outputs. The version stays as configured: -1 finds the latest
+    served version at each request, so a model reloaded with a new version is used."""
+    planned = {step.index: step for step in plan.steps}
+    steps: list[CoreEnsembleStep] = []
+    for index, stated in enumerate(config.ensemble_scheduling.step):
+        step = planned[index]
+        model = composing[step.model_name][step.model_version]
+        where = f"ensemble {name!r} step[{index}] (model {step.model_name!r})"
+        if model.platform == ENSEMBLE_PLATFORM:
+            raise ModelLoadError(
+                f"{where}: the model is an ensemble; ensembles of ensembles are not served"
+            )
+        if config.max_batch_size == 0 and model.max_batch_size > 0:
+            raise ModelLoadError(
+                f"{where}: the model batches (max_batch_size {model.max_batch_size}) and the "
+                "ensemble does not (max_batch_size 0); give the ensemble a max_batch_size"
+            )
+        feeds = {b.model_tensor: b.ensemble_tensor for b in step.inputs}
+        unfed = [i.name for i in model.input if i.name not in feeds]
+        if unfed:
+            raise ModelLoadError(
+                f"{where}: input_map leaves the model's optional input {unfed[0]!r} unfed; "
+                "an ensemble step feeds every input of its model"
+            )
+        output_index = {o.name: i for i, o in enumerate(model.output)}
+        steps.append(
+            CoreEnsembleStep(
+                model=step.model_name,
+                version=int(stated.model_version),
+                inputs=tuple((i.name, feeds[i.name]) for i in model.input),
+                outputs=tuple(
+                    (output_index[b.model_tensor], b.model_tensor, b.ensemble_tensor)
+                    for b in step.outputs
+                ),
+            )
+        )
+    return steps

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import ModelScheduler
+from inferd.batching import EnsembleScheduler, ModelScheduler
 from inferd.datatypes import Datatype
 
 
@@ -23,14 +23,17 @@ class TensorSpec:
 
 @dataclass
 class LoadedModel:
-    """One ready model version: its completed config, its tensors and its core scheduler."""
+    """One ready model version: its completed config, its tensors and its core scheduler. An
+    ensemble's version runs on the schedulers of the (model, version) steps in ``composing``
+    (version -1: the latest served)."""
 
     name: str
     version: int
     config: ModelConfig  # completed
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    scheduler: ModelScheduler
+    scheduler: ModelScheduler | EnsembleScheduler
+    composing: tuple[tuple[str, int], ...] = ()
 
     @property
     def max_batch_size(self) -> int:

@@ -18,7 +18,12 @@ import structlog
 
 from inferd._core import choose_weighted_version
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.batching import (
+    CompletionDispatcher,
+    EnsembleScheduler,
+    HostBufferPool,
+    SchedulerDirectory,
+)
 from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models.builder import LoadLimits, ModelVersionBuilder
@@ -96,10 +101,13 @@ class ModelRegistry:
     ) -> None:
         self._repository = repository
         self._readiness = readiness or ReadinessRules()
+        # Where ensembles' steps find the composing versions that serve now.
+        self._directory = SchedulerDirectory()
         self._builder = ModelVersionBuilder(
             repository,
             dispatcher,
             pool,
+            self._directory,
             default_max_batch_size=default_max_batch_size,
             onnxruntime_options=onnxruntime_options,
             engine_cache_dir=engine_cache_dir,
@@ -113,6 +121,8 @@ class ModelRegistry:
         # Each served model's positive version weights (inferd.version_weights; none: no entry).
         self._weights: dict[str, dict[int, int]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
+        # Loaded ensembles that cannot serve, with why: a composing model is not served.
+        self._blocked: dict[str, str] = {}
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
         self._optional: set[str] = set()  # of those, the ones that never hold readiness back
         self._locks: dict[str, asyncio.Lock] = {}
@@ -135,6 +145,26 @@ class ModelRegistry:
             listener(name)
 
     def _changed(self) -> None:
+        self._directory.publish(
+            (m.name, m.version, m.scheduler)
+            for m in self.loaded()
+            if not isinstance(m.scheduler, EnsembleScheduler)
+        )
+        self._blocked = {}
+        for name, versions in self._models.items():
+            missing = (
+                [
+                    (model, version)
+                    for model, version in next(iter(versions.values())).composing
+                    if not self._serves(model, version)
+                ]
+                if versions
+                else []
+            )
+            if missing:
+                model, version = missing[0]
+                which = "its latest version" if version < 0 else f"version {version}"
+                self._blocked[name] = f"composing model {model!r} ({which}) is not ready"
         self._published = tuple(self.loaded())
         for listener in self._listeners:
             listener()
@@ -143,15 +173,34 @@ class ModelRegistry:
         """The loaded versions, as last published; safe to call from any thread."""
         return self._published
 
+    def _serves(self, model: str, version: int) -> bool:
+        """Whether a composing step's model version (-1: any) is loaded and not itself blocked."""
+        versions = self._models.get(model)
+        if not versions or model in self._blocked:
+            return False
+        return version < 0 or version in versions
+
+    def _composing_configs(self) -> dict[str, dict[int, ModelConfig]]:
+        """The served versions' completed configs, which an ensemble is checked against."""
+        return {
+            name: {v: m.config for v, m in versions.items()}
+            for name, versions in self._models.items()
+            if versions
+        }
+
     def load_all(self, names: list[str] | None = None) -> None:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
-        model that fails is recorded, not raised."""
-        for name in self._repository.model_names() if names is None else names:
+        model that fails is recorded, not raised. Ensembles load after the models they compose."""
+        chosen = self._repository.model_names() if names is None else names
+        ensembles = {n for n in chosen if self._builder.composing_models(n)}
+        for name in [n for n in chosen if n not in ensembles] + [
+            n for n in chosen if n in ensembles
+        ]:
             if self._abandon.is_set():
                 break  # stopping: what is left is not loaded
             self._wanted.add(name)
             try:
-                built = self._builder.build(name, None, self._abandon)
+                built = self._builder.build(name, None, self._abandon, self._composing_configs())
             except Cancelled:
                 break
             except InferdError as e:
@@ -176,6 +225,11 @@ class ModelRegistry:
         self._repository.model_dir(name)  # refuses unsafe or unknown names first
         if self._abandon.is_set():
             raise Unavailable("the server is shutting down")
+        # An ensemble loads the models it composes first, as Triton does (those already served
+        # stay as they are).
+        for composed in self._builder.composing_models(name, override):
+            if composed != name and composed not in self._models:
+                await self.load(composed)
         async with self._locks.setdefault(name, asyncio.Lock()):
             # A model joins the ones that should serve (strict readiness) once it loads: a
             # client's load, until it succeeds, changes nothing of the server's readiness.
@@ -221,7 +275,7 @@ class ModelRegistry:
         if self._abandon.is_set():
             abandon.set()
         build = asyncio.get_running_loop().run_in_executor(
-            None, self._builder.build, name, override, abandon
+            None, self._builder.build, name, override, abandon, self._composing_configs()
         )
         cancelled = False
         try:
@@ -326,6 +380,15 @@ class ModelRegistry:
             del self._statuses[key]
         for version, model in built.items():
             self._statuses[(name, str(version))] = ModelStatus(name, str(version), ModelState.READY)
+            if isinstance(model.scheduler, EnsembleScheduler):
+                log.info(
+                    "ensemble loaded",
+                    model=name,
+                    version=version,
+                    max_batch_size=model.max_batch_size,
+                    steps=[f"{m}:{v}" for m, v in model.composing],
+                )
+                continue
             log.info(
                 "model loaded",
                 model=name,
@@ -345,6 +408,8 @@ class ModelRegistry:
             if failed is not None or any(k[0] == name for k in self._statuses):
                 raise Unavailable(f"model {name!r} is not ready: {self._reason(name)}")
             raise NotFound(f"unknown model {name!r}")
+        if name in self._blocked:
+            raise Unavailable(f"ensemble {name!r} is not ready: {self._blocked[name]}")
         if not version:
             return versions[max(versions)]
         return self._numbered(name, versions, version)
@@ -366,7 +431,7 @@ class ModelRegistry:
     def ready_weights(self, name: str) -> dict[int, int]:
         """The weights of ``name``'s ready weighted versions, by ascending version (empty: the
         model has no weights, or none of its weighted versions is ready)."""
-        ready = self._models.get(name, {})
+        ready = {} if name in self._blocked else self._models.get(name, {})
         return {v: w for v, w in sorted(self._weights.get(name, {}).items()) if v in ready}
 
     def weighted(self, name: str) -> bool:
@@ -389,11 +454,15 @@ class ModelRegistry:
         return "; ".join(reasons) or "not loaded"
 
     def ready_versions(self, name: str) -> list[int]:
-        return sorted(self._models.get(name, {}))
+        return [] if name in self._blocked else sorted(self._models.get(name, {}))
 
     def ready_models(self) -> list[str]:
         """Names of the models with at least one ready version."""
-        return [name for name, versions in self._models.items() if versions]
+        return [
+            name
+            for name, versions in self._models.items()
+            if versions and name not in self._blocked
+        ]
 
     def known_models(self) -> list[str]:
         """Every model the registry has a state for: loaded, loading, failed or unloaded."""
@@ -411,11 +480,20 @@ class ModelRegistry:
             for name in self._repository.model_names()
             if name not in known
         ]
-        return sorted([*self._statuses.values(), *never], key=lambda s: (s.name, s.version))
+        statuses = [
+            ModelStatus(s.name, s.version, ModelState.UNAVAILABLE, self._blocked[s.name])
+            if s.name in self._blocked and s.state is ModelState.READY
+            else s
+            for s in self._statuses.values()
+        ]
+        return sorted([*statuses, *never], key=lambda s: (s.name, s.version))
 
     def all_ready(self) -> bool:
         """True when every required model that should be serving is (strict readiness)."""
-        return all(name in self._models for name in self._wanted - self._optional)
+        return all(
+            name in self._models and name not in self._blocked
+            for name in self._wanted - self._optional
+        )
 
     def server_ready(self) -> bool:
         """Whether the models make the server ready, by the readiness rules."""

@@ -27,6 +27,7 @@ ONNX_PLATFORM = "onnxruntime_onnx"
 ONNX_BACKEND = "onnxruntime"
 TENSORRT_PLATFORM = "tensorrt_plan"
 TENSORRT_BACKEND = "tensorrt"
+ENSEMBLE_PLATFORM = "ensemble"  # Triton's: the steps run other models (inferd.repository.ensemble)
 ONNX_FILE = "model.onnx"
 PLAN_FILE = "model.plan"
 # Config parameter: "tensorrt" builds an ONNX model into a TensorRT engine for KIND_GPU instances.
@@ -35,8 +36,9 @@ EXECUTOR = "inferd.executor"
 # readiness back (--strict-readiness), so a fleet replica serves while it is loading or failed.
 READINESS = "inferd.readiness"
 RUNNABLE = (
-    f"inferd runs ONNX models (platform {ONNX_PLATFORM!r}, backend {ONNX_BACKEND!r}) and "
-    f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r})"
+    f"inferd runs ONNX models (platform {ONNX_PLATFORM!r}, backend {ONNX_BACKEND!r}), "
+    f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r}) and "
+    f"ensembles of those (platform {ENSEMBLE_PLATFORM!r})"
 )
 
 
@@ -90,9 +92,13 @@ def stated_config(
 
 def _check_runnable(config: ModelConfig, name: str) -> None:
     """Refuses a platform or backend that inferd has no executor for (Triton's python, pytorch,
-    tensorflow, ensemble ...), saying which ones it runs."""
+    tensorflow ...), saying which ones it runs."""
     where = f"model {name!r}" if name else "the model"
-    if config.platform and config.platform not in (ONNX_PLATFORM, TENSORRT_PLATFORM):
+    if config.platform and config.platform not in (
+        ONNX_PLATFORM,
+        TENSORRT_PLATFORM,
+        ENSEMBLE_PLATFORM,
+    ):
         raise ModelLoadError(
             f"{where}: platform {config.platform!r} is not one inferd can run; {RUNNABLE}"
         )

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import inferd._proto.model_config_pb2 as model_config_pb2
+from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import ModelLoadError
+from inferd.repository.honoured_fields import check_honoured
 
 ModelConfig = model_config_pb2.ModelConfig
 
@@ -28,6 +30,45 @@ LATEST_VERSION = -1
 ComposingConfigs = (
     Mapping[str, Mapping[int, ModelConfig]] | Callable[[str], Mapping[int, ModelConfig] | None]
 )
+
+
+def check_ensemble_config(name: str, config: ModelConfig) -> None:
+    """An ensemble's own fields, before its steps are checked against their models: its name is
+    its folder's, it declares its inputs and outputs with datatypes, and it sets nothing of a
+    model's own running (instances, batching, warm-up: its steps run and batch in their models)
+    or anything else inferd does not honour."""
+    where = f"ensemble {name!r}"
+    if config.name and config.name != name:
+        raise ModelLoadError(
+            f"{where}: config.pbtxt names the model {config.name!r}; the name must match the folder"
+        )
+    own = [
+        field
+        for field in ("instance_group", "dynamic_batching", "sequence_batching", "model_warmup")
+        if (config.HasField(field) if field.endswith("batching") else len(getattr(config, field)))
+    ]
+    if own:
+        raise ModelLoadError(
+            f"{where}: an ensemble sets no {', '.join(own)} of its own (its steps run and batch "
+            "in their models' instances)"
+        )
+    if not config.input or not config.output:
+        raise ModelLoadError(f"{where}: an ensemble's config must list its inputs and outputs")
+    tensors: list[model_config_pb2.ModelInput | model_config_pb2.ModelOutput] = [
+        *config.input,
+        *config.output,
+    ]
+    for tensor in tensors:
+        if tensor.data_type not in BY_CONFIG_TYPE:
+            raise ModelLoadError(f"{where} tensor {tensor.name!r}: no valid data_type")
+        if tensor.HasField("reshape"):
+            raise ModelLoadError(f"{where} tensor {tensor.name!r}: an ensemble reshapes nothing")
+    if any(i.optional for i in config.input):
+        raise ModelLoadError(f"{where}: an ensemble's inputs cannot be optional")
+    without_steps = ModelConfig()
+    without_steps.CopyFrom(config)
+    without_steps.ClearField("ensemble_scheduling")
+    check_honoured(without_steps)
 
 
 @dataclass(frozen=True)
