@@ -8,6 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.examples import make_examples
 from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.ensemble_models import write_base
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +321,23 @@ def test_poll_reloads_under_traffic_lose_no_request(polled: ServerProcess) -> No
         client.close()
     assert traffic.failures == []
     assert traffic.answered > 10
+
+
+def test_an_ensemble_named_at_start_brings_its_composing_models(tmp_path: Path) -> None:
+    # Triton loads an ensemble's composing models with it: --load-model chain alone serves chain.
+    repository = tmp_path / "models"
+    names = write_base(repository)
+    with running_server(
+        repository, names, tmp_path, "--model-control-mode", "explicit", "--load-model", "chain"
+    ) as server:
+        client = grpcclient.InferenceServerClient(server.url)
+        try:
+            ready = {m: client.is_model_ready(m) for m in names}
+            assert ready == {m: m in ("chain", "pre", "left", "right") for m in names}, ready
+            x = np.arange(8, dtype=np.float32).reshape(2, 4)
+            given = grpcclient.InferInput("IN", [2, 4], "FP32")
+            given.set_data_from_numpy(x)
+            answer = client.infer("chain", [given]).as_numpy("OUT")
+            np.testing.assert_allclose(answer, ((x + 1) * 2) ** 2)
+        finally:
+            client.close()

@@ -192,6 +192,9 @@ class ModelRegistry:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
         model that fails is recorded, not raised. Ensembles load after the models they compose."""
         chosen = self._repository.model_names() if names is None else names
+        # An ensemble named alone (--load-model) brings the models it composes, as Triton does.
+        composed = [m for n in chosen for m in self._builder.composing_models(n) if m not in chosen]
+        chosen = list(dict.fromkeys([*composed, *chosen]))
         ensembles = {n for n in chosen if self._builder.composing_models(n)}
         for name in [n for n in chosen if n not in ensembles] + [
             n for n in chosen if n in ensembles
