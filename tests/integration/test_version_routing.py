@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 import inferd._proto.grpc_service_pb2 as pb
@@ -126,6 +128,7 @@ def test_10000_unnamed_requests_split_90_10_and_statistics_agree(
     # The count on version 4 is binomial(10000, 0.1): mean 1000, sigma 30; allowed: 5 sigma
     # (850..1150), which a correct router misses with probability below 1e-6.
     before = inference_counts(core_path.url)
+    scraped_before = success_counts(core_path)
     counts = versions_answering(core_path.url, [request() for _ in range(10000)])
     assert set(counts) == {"3", "4"}, counts  # version 5 has no weight: none of this traffic
     assert within_5_sigma(counts["4"], 10000, 0.1), counts
@@ -135,6 +138,26 @@ def test_10000_unnamed_requests_split_90_10_and_statistics_agree(
         "3": counts["3"],
         "4": counts["4"],
         "5": 0,
+    }
+    # And so do the per-version Prometheus series.
+    scraped = success_counts(core_path)
+    assert {v: scraped[v] - scraped_before.get(v, 0) for v in scraped} == {
+        "3": counts["3"],
+        "4": counts["4"],
+        "5": 0,
+    }
+
+
+def success_counts(server: ServerProcess) -> dict[str, int]:
+    """nv_inference_request_success of the canary, by version, from /metrics."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        sample.labels["version"]: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "nv_inference_request_success"
+        for sample in family.samples
+        if sample.labels.get("model") == "canary"
     }
 
 
