@@ -23,17 +23,22 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
 from inferd._proto import POOL
-from inferd.batching import CompletionDispatcher, HostBufferPool, cuda_runtime_description
+from inferd.batching import (
+    CompletionDispatcher,
+    EnsembleScheduler,
+    HostBufferPool,
+    cuda_runtime_description,
+)
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
 from inferd.executors.onnxruntime import default_intra_op_threads
-from inferd.models import ModelRegistry, ReadinessRules
+from inferd.models import LoadedModel, ModelRegistry, ReadinessRules
 from inferd.models.builder import LoadLimits
 from inferd.models.control import ControlMode, ModelControl
 from inferd.models.registry import ModelState
 from inferd.models.warmup import WarmupLimits
 from inferd.observability.logging import LogControl
-from inferd.observability.metrics import InferenceMetrics, ModelCounters
+from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics, ModelCounters
 from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
@@ -210,10 +215,26 @@ def _transport_options(
 def _model_counters(registry: ModelRegistry) -> list[ModelCounters]:
     return [
         ModelCounters(
-            m.name, str(m.version), m.scheduler.statistics(), m.scheduler.pending_requests()
+            m.name,
+            str(m.version),
+            m.scheduler.statistics(),
+            m.scheduler.pending_requests(),
+            _ensemble_steps(m),
         )
         for m in registry.published()
     ]
+
+
+def _ensemble_steps(model: LoadedModel) -> tuple[EnsembleStepCounters, ...]:
+    """An ensemble version's steps' counters, in its config's order; none for a model."""
+    if not isinstance(model.scheduler, EnsembleScheduler):
+        return ()
+    return tuple(
+        EnsembleStepCounters(index, step_model, statistics)
+        for index, ((step_model, _), statistics) in enumerate(
+            zip(model.composing, model.scheduler.step_statistics(), strict=True)
+        )
+    )
 
 
 async def create_server(

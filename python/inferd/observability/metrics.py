@@ -23,7 +23,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
@@ -32,7 +37,12 @@ from inferd.errors import ErrorCode
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from inferd._core import Duration, LatencyHistogram, StatisticsSnapshot
+    from inferd._core import (
+        Duration,
+        EnsembleStepStatistics,
+        LatencyHistogram,
+        StatisticsSnapshot,
+    )
 
 log = structlog.get_logger(__name__)
 
@@ -52,14 +62,25 @@ METRICS_PATH = "/metrics"
 
 
 @dataclass(frozen=True)
+class EnsembleStepCounters:
+    """One step of an ensemble version: its index in the config's steps, the composing model
+    it runs, and its core statistics (``EnsembleScheduler.step_statistics``)."""
+
+    step: int
+    model: str
+    statistics: EnsembleStepStatistics
+
+
+@dataclass(frozen=True)
 class ModelCounters:
     """One loaded version's core statistics, as ``ModelScheduler.statistics`` gives them, and
-    its queue depth."""
+    its queue depth; an ensemble's version also has its steps'."""
 
     name: str
     version: str
     statistics: StatisticsSnapshot
     pending: int
+    steps: tuple[EnsembleStepCounters, ...] = ()
 
 
 class CoreStatisticsCollector(Collector):
@@ -168,6 +189,37 @@ class CoreStatisticsCollector(Collector):
                     [c.name, c.version], *_cumulative_buckets(histogram(c.statistics))
                 )
             yield latency
+        yield from _ensemble_steps(counters)
+
+
+def _ensemble_steps(counters: list[ModelCounters]) -> Iterator[Metric]:
+    """Each ensemble step's requests and their cumulative duration (from the step's submission
+    to the composing model to its answer), by outcome; an ensemble's own figures are its
+    version's, above. Both families are written with no ensemble loaded, and each step's four
+    series from its ensemble's load on (0 until a request runs it)."""
+    labels = ("model", "version", "step", "step_model", "outcome")
+    requests = CounterMetricFamily(
+        "inferd_ensemble_step_requests",
+        "Requests of each ensemble step, by outcome (success or fail)",
+        labels=labels,
+    )
+    durations = CounterMetricFamily(
+        "inferd_ensemble_step_duration_us",
+        "Cumulative duration of each ensemble step's requests, from their submission to the "
+        "composing model to its answer, by outcome, in microseconds",
+        labels=labels,
+    )
+    for c in counters:
+        for step in c.steps:
+            for outcome, duration in (
+                ("success", step.statistics.success),
+                ("fail", step.statistics.fail),
+            ):
+                values = [c.name, c.version, str(step.step), step.model, outcome]
+                requests.add_metric(values, duration.count)
+                durations.add_metric(values, duration.ns // 1000)
+    yield requests
+    yield durations
 
 
 def _cumulative_us(

@@ -8,7 +8,9 @@ time (``inferd.observability.metrics``).
 Spans: ``ModelInfer`` (server span, parent from the caller's ``traceparent``/``tracestate``) with
 children ``queue`` and ``compute``, timed by the core (which also parses the request and writes
 its answer, in microseconds: they have no spans of their own). Each executed batch is one
-``batch`` span linked to the spans of the requests in it.
+``batch`` span linked to the spans of the requests in it. An ensemble's request has, instead of
+``queue`` and ``compute``, an ``ensemble`` child with a ``step`` child per step, each with the
+``queue`` and ``compute`` of the step's request and linked from the batch that step rode in.
 """
 
 from __future__ import annotations
@@ -250,37 +252,16 @@ class RequestTelemetry:
         self.model, self.version = model, version
 
     def computed(self, timing: CoreTiming) -> None:
-        """The core computed the request: record its queue and compute spans."""
+        """The core computed the request: record its queue and compute spans, or, for an
+        ensemble's request, its ``ensemble`` span and a ``step`` span per step."""
         self.timing = timing
         span, owner = self._span, self._owner
         if span is None or owner.tracer is None:
             return
         if span.is_recording():
-            queue_us = (timing.compute_start - timing.enqueued) / 1000
-            span.set_attributes(
-                {
-                    "inferd.model_version": self.version,
-                    "inferd.queue_us": queue_us,
-                    "inferd.batch_id": timing.batch_id,
-                    "inferd.batch_size": timing.batch_rows,
-                    "inferd.batch_requests": timing.batch_requests,
-                    "inferd.instance": timing.instance,
-                }
-            )
-            parent = trace.set_span_in_context(span)
-            for name, start, end in (
-                ("queue", timing.enqueued, timing.compute_start),
-                ("compute", timing.compute_start, timing.compute_end),
-            ):
-                child = owner.tracer.start_span(
-                    name,
-                    context=parent,
-                    start_time=CoreTiming.wall_ns(start),
-                    attributes={"inferd.batch_id": timing.batch_id},
-                )
-                child.end(end_time=CoreTiming.wall_ns(end))
+            span.set_attribute("inferd.model_version", self.version)
         assert owner.batches is not None
-        owner.batches.add(self.model, self.version, timing, span)
+        _trace_computed(owner.tracer, owner.batches, span, self.model, self.version, timing)
 
     def __exit__(
         self,
@@ -313,6 +294,80 @@ class RequestTelemetry:
             otel_context.detach(self._token)  # type: ignore[arg-type]
         else:
             REQUEST_METADATA.reset(self._token)  # type: ignore[arg-type]
+
+
+def _trace_computed(
+    tracer: trace.Tracer,
+    batches: BatchSpans,
+    span: trace.Span,
+    model: str,
+    version: str,
+    timing: CoreTiming,
+) -> None:
+    """The spans of a computed request, under ``span``, the one that stands for it (its
+    ``ModelInfer``, or the ``step`` of the ensemble that submitted it). A model's request gets
+    ``queue`` and ``compute`` children and a link from its batch's span; an ensemble's request
+    rides no batch itself (``timing.steps`` lists its steps): it gets an ``ensemble`` child
+    spanning its run in the core, with a ``step`` child per finished step (from its submission to
+    the composing version to its answer), each treated here as a request of that version, so that
+    the batch a step rode in links the step, whichever traffic shared the batch. A span that is
+    not recorded gets no children, but its batches still count it."""
+    recording = span.is_recording()
+    if not timing.steps:
+        if recording:
+            span.set_attributes(
+                {
+                    "inferd.queue_us": (timing.compute_start - timing.enqueued) / 1000,
+                    "inferd.batch_id": timing.batch_id,
+                    "inferd.batch_size": timing.batch_rows,
+                    "inferd.batch_requests": timing.batch_requests,
+                    "inferd.instance": timing.instance,
+                }
+            )
+            parent = trace.set_span_in_context(span)
+            for name, start, end in (
+                ("queue", timing.enqueued, timing.compute_start),
+                ("compute", timing.compute_start, timing.compute_end),
+            ):
+                child = tracer.start_span(
+                    name,
+                    context=parent,
+                    start_time=CoreTiming.wall_ns(start),
+                    attributes={"inferd.batch_id": timing.batch_id},
+                )
+                child.end(end_time=CoreTiming.wall_ns(end))
+        batches.add(model, version, timing, span)
+        return
+    ensemble = span
+    if recording:
+        ensemble = tracer.start_span(
+            "ensemble",
+            context=trace.set_span_in_context(span),
+            start_time=CoreTiming.wall_ns(timing.enqueued),
+            attributes={
+                "inferd.model": model,
+                "inferd.model_version": version,
+                "inferd.ensemble_steps": len(timing.steps),
+            },
+        )
+    for step in timing.steps:
+        step_span = ensemble
+        if recording:
+            step_span = tracer.start_span(
+                "step",
+                context=trace.set_span_in_context(ensemble),
+                start_time=CoreTiming.wall_ns(step.submitted),
+                attributes={
+                    "inferd.step": step.step,
+                    "inferd.model": step.model,
+                    "inferd.model_version": str(step.version),
+                },
+            )
+        _trace_computed(tracer, batches, step_span, step.model, str(step.version), step.timing)
+        if recording:
+            step_span.end(end_time=CoreTiming.wall_ns(step.answered))
+    if recording:
+        ensemble.end(end_time=CoreTiming.wall_ns(timing.compute_end))
 
 
 def log_internal_failure(
