@@ -7,11 +7,12 @@ Composing models, FP32 ``[batch, 4]`` unless said, max_batch_size 8, dynamically
 -> SUM = A + B; ``double1`` X -> Y = 2 X on ``[batch, 1]``; ``gather`` (gather_model.py) INPUT0
 INT64 ``[batch, 1]`` -> OUTPUT0 = TABLE[INPUT0], failing inside ONNX Runtime for an index
 outside 0..3; ``busy`` and ``slow`` (slow_model.py) INPUT0 -> OUTPUT0 = INPUT0 after work that
-scales with the rows, light (about 1.5 ms a row) and heavy (about 100 ms a row).
+scales with the rows, light (about 1.5 ms a row) and heavy (about 100 ms a row); ``ordered`` as
+``slow``, one request at a time, by priority.
 
 Ensembles: DIAMOND (pre fans out to left and right, combine adds them; outputs OUT and the
 intermediate SQUARE), CHAIN (pre -> left -> right), LOOKUP (gather -> double1, listed in the
-config with the consumer first), and ``pre`` -> ``busy`` / ``pre`` -> ``slow`` chains.
+config with the consumer first), and chains of ``pre`` and ``busy``, ``slow`` or ``ordered``.
 """
 
 from __future__ import annotations
@@ -135,16 +136,16 @@ dynamic_batching {{ max_queue_delay_microseconds: 20000 }}
 """
 
 
-def _slow_config(name: str, queue_delay_us: int) -> str:
+def _slow_config(name: str, batching: str, max_batch_size: int = MAX_BATCH_SIZE) -> str:
     return f"""
 name: "{name}"
 platform: "onnxruntime_onnx"
-max_batch_size: {MAX_BATCH_SIZE}
+max_batch_size: {max_batch_size}
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 parameters {{ key: "intra_op_thread_count" value: {{ string_value: "1" }} }}
-dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us} }}
+dynamic_batching {{ {batching} }}
 """
 
 
@@ -155,12 +156,22 @@ SLOW_SIZE = 1024  # about 100 ms a row: one request keeps the model busy while o
 def write_busy(model_dir: Path) -> None:
     """``busy``: INPUT0 -> OUTPUT0 = INPUT0 (FP32 [batch, 4]), light work per row, batches
     waiting up to 20 ms to fill."""
-    write_slow_model(model_dir, _slow_config(model_dir.name, 20000), BUSY_SIZE, WIDTH)
+    config = _slow_config(model_dir.name, "max_queue_delay_microseconds: 20000")
+    write_slow_model(model_dir, config, BUSY_SIZE, WIDTH)
 
 
 def write_slow(model_dir: Path) -> None:
     """``slow``: INPUT0 -> OUTPUT0 = INPUT0 (FP32 [batch, 4]), heavy work per row."""
-    write_slow_model(model_dir, _slow_config(model_dir.name, 0), SLOW_SIZE, WIDTH)
+    write_slow_model(model_dir, _slow_config(model_dir.name, ""), SLOW_SIZE, WIDTH)
+
+
+def write_ordered(model_dir: Path) -> None:
+    """``ordered``: as ``slow``, one request per execution (max_batch_size 1) taken by priority
+    (levels 1 and 2, 2 by default): the execution order is the queue's."""
+    config = _slow_config(
+        model_dir.name, "priority_levels: 2 default_priority_level: 2", max_batch_size=1
+    )
+    write_slow_model(model_dir, config, SLOW_SIZE, WIDTH)
 
 
 def _step(model: str, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> str:
@@ -247,7 +258,7 @@ LOOKUP = ensemble_config(
 )
 
 
-def slow_chain_config(name: str, slow: str) -> str:
+def slow_chain_config(name: str, slow: str, max_batch_size: int = MAX_BATCH_SIZE) -> str:
     """IN -> pre -> ``slow`` -> OUT: the answer is IN + 1, its second step queues at ``slow``."""
     return ensemble_config(
         name,
@@ -257,6 +268,7 @@ def slow_chain_config(name: str, slow: str) -> str:
             _step("pre", {"RAW": "IN"}, {"PRE": "shifted"}),
             _step(slow, {"INPUT0": "shifted"}, {"OUTPUT0": "OUT"}),
         ],
+        max_batch_size,
     )
 
 
@@ -279,8 +291,8 @@ def write_base(repository: Path) -> list[str]:
 
 
 def write_serving_repository(repository: Path) -> list[str]:
-    """The base models and ensembles, the lookup ensemble (gather -> double1) and the busy and
-    slow chains (pre -> busy as ``busy_chain``, pre -> slow as ``slow_chain``)."""
+    """The base models and ensembles, the lookup ensemble (gather -> double1) and the busy, slow
+    and ordered chains (pre -> busy as ``busy_chain``, and so on)."""
     names = write_base(repository)
     write_gather_model(repository / "gather", GATHER_CONFIG)
     write_elementwise_model(repository / "double1", "double", ("X",), "Y", width=1)
@@ -289,7 +301,13 @@ def write_serving_repository(repository: Path) -> list[str]:
     write_ensemble(repository / "busy_chain", slow_chain_config("busy_chain", "busy"))
     write_slow(repository / "slow")
     write_ensemble(repository / "slow_chain", slow_chain_config("slow_chain", "slow"))
-    return [*names, "gather", "double1", "lookup", "busy", "busy_chain", "slow", "slow_chain"]
+    write_ordered(repository / "ordered")
+    write_ensemble(repository / "ordered_chain", slow_chain_config("ordered_chain", "ordered", 1))
+    return [
+        *names,
+        *("gather", "double1", "lookup", "busy", "busy_chain", "slow", "slow_chain"),
+        *("ordered", "ordered_chain"),
+    ]
 
 
 class InProcess:

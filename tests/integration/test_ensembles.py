@@ -327,6 +327,31 @@ def test_a_cancelled_call_takes_its_queued_step_out(
     assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 
 
+def test_the_priority_reaches_the_queued_step(triton: grpcclient.InferenceServerClient) -> None:
+    # ordered runs one request at a time, by priority (2 by default). While a busy request
+    # computes, a direct request at priority 2 queues, then ordered_chain's step at priority 1:
+    # it must run first, which it can only if the ensemble request's priority reached it.
+    finished: queue.Queue[tuple[str, Any]] = queue.Queue()
+    row = np.ones((1, WIDTH), np.float32)
+
+    def send(model: str, tensor: str, tag: str, priority: int = 0) -> None:
+        triton.async_infer(
+            model,
+            [fp32(tensor, row)],
+            lambda result, error: finished.put((tag, error)),
+            priority=priority,
+        )
+
+    send("ordered", "INPUT0", "busy")
+    time.sleep(0.01)  # the idle worker takes it: ~100 ms of compute
+    send("ordered", "INPUT0", "low", priority=2)
+    time.sleep(0.01)
+    send("ordered_chain", "IN", "high", priority=1)
+    done = [finished.get(timeout=30) for _ in range(3)]
+    assert [error for _, error in done] == [None] * 3
+    assert [tag for tag, _ in done] == ["busy", "high", "low"]
+
+
 def test_config_and_metadata_describe_the_ensemble(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -690,4 +715,3 @@ def test_reloading_a_composing_model_under_ensemble_traffic_loses_nothing(
     assert min(answered) > 5, answered  # every client's traffic spanned the reloads
     assert freed_versions(explicit, "left") == freed_before + 3  # three really replaced it
     assert control.is_model_ready("chain")
-
