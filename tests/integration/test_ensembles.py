@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -473,6 +474,12 @@ REFUSALS = [
         id="cycle",
     ),
     pytest.param(
+        "bad_model",
+        edited(DIAMOND, 'model_name: "left"', 'model_name: "lefty"', "bad_model"),
+        ["step[2] (model 'lefty')", "'lefty'"],
+        id="unknown-model",
+    ),
+    pytest.param(
         "bad_version",
         edited(DIAMOND, *step_model("right", "7"), "bad_version"),
         ["step[3] (model 'right')", "model_version 7 is not served"],
@@ -715,3 +722,27 @@ def test_reloading_a_composing_model_under_ensemble_traffic_loses_nothing(
     assert min(answered) > 5, answered  # every client's traffic spanned the reloads
     assert freed_versions(explicit, "left") == freed_before + 3  # three really replaced it
     assert control.is_model_ready("chain")
+
+
+def test_an_ensemble_naming_a_model_the_repository_lacks_adds_no_such_model(
+    tmp_path: Path,
+) -> None:
+    # At start (model control "none"), an ensemble whose step names a model that is not in the
+    # repository fails alone, with the step named; the repository gains no model by it.
+    repository = tmp_path / "models"
+    names = write_base(repository)
+    write_ensemble(repository / "orphan", chain_config("orphan", left="nothere"))
+    with (
+        running_server(
+            repository,
+            [*names, "orphan"],
+            tmp_path,
+            expected_errors=lambda record: record.get("model") == "orphan",
+        ) as server,
+        grpcclient.InferenceServerClient(server.url) as client,
+    ):
+        index = {m.name: m for m in client.get_model_repository_index().models}
+        assert sorted(index) == sorted([*names, "orphan"])
+        assert index["orphan"].state == "UNAVAILABLE"
+        assert "step[1] (model 'nothere')" in index["orphan"].reason, index["orphan"]
+        assert client.is_model_ready("chain")
