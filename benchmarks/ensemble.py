@@ -61,7 +61,7 @@ import harness
 import server_usage
 from ensemble_client import ELEMENTS, ENSEMBLE, SHAPES, STEPS
 from inferd.examples import IR_VERSION, OPSET, TensorSpec, format_config
-from shared_memory import machine_busy_ticks
+from shared_memory import kernel_split, machine_busy_ticks, thread_counters
 
 TRANSPORTS = ("tcp", "unix")
 MODELS = (ENSEMBLE, *STEPS)
@@ -146,14 +146,33 @@ def model_counts(
     return out
 
 
+def context_switches(pid: int) -> dict[str, int]:
+    """Context switches (voluntary + involuntary) of a live process's threads, per thread group:
+    each hand-off between threads (a wake-up) costs both CPU and latency."""
+    switches: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            status = (task / "status").read_text().splitlines()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended while we read
+        count = sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+        group = server_usage.thread_group(int(task.name), pid, comm)
+        switches[group] = switches.get(group, 0) + count
+    return switches
+
+
 class Probe:
-    """The server's CPU, its models' counts and the machine's busy CPU at one moment."""
+    """The server's CPU (per thread: user, kernel, context switches), its models' counts and the
+    machine's busy CPU at one moment."""
 
     def __init__(
         self, pid: int, statistics: server_usage.StatisticsClient, models: tuple[str, ...]
     ) -> None:
         self.models = model_counts(statistics, models)
         self.sample = server_usage.sample(pid, statistics, LAST_STEP)
+        self.counters = thread_counters(pid)
+        self.switches = context_switches(pid)
         self.busy, self.total = machine_busy_ticks()
 
 
@@ -170,8 +189,16 @@ def window(pid: int, start: Probe, end: Probe) -> dict[str, Any]:
                 "inferences": after.inference_count - before.inference_count,
                 "executions": after.execution_count - before.execution_count,
             }
+    chains = usage.get("inferences")
+    switches = {
+        group: (count - start.switches.get(group, 0)) / chains
+        for group, count in end.switches.items()
+        if chains
+    }
     return {
         "server_cpu_us_per_infer": usage.get("server_cpu_us_per_infer"),
+        "kernel_split": kernel_split(start.counters, end.counters, chains),
+        "switches_per_infer": switches,
         "thread_us_per_infer": usage.get("thread_us_per_infer", {}),
         "server_cores": usage.get("server_cores") or 0.0,
         "load_generator_cores": usage.get("load_generator_cores") or 0.0,
@@ -398,6 +425,28 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {n(r['server_cpu_us_per_infer'])} | "
             + " | ".join(n(per.get(g)) for g in groups)
             + " |"
+        )
+    lines += [
+        "",
+        "User and kernel CPU (µs) per chain of the grpc and worker thread groups "
+        "(/proc/PID/task/TID/stat), and context switches per chain (voluntary + involuntary: "
+        "the server's threads from /proc/PID/task/TID/status, the client's from getrusage):",
+        "",
+        "| transport | shape | c | grpc user | grpc kernel | worker user | worker kernel "
+        "| server switches (grpc / worker / all) | client switches |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        split, switches = r.get("kernel_split") or {}, r.get("switches_per_infer") or {}
+        if r["error"] or not split:
+            continue
+        grpc, worker = split.get("grpc", {}), split.get("worker", {})
+        lines.append(
+            f"| {r['transport']} | {r['shape']} | {r['concurrency']} "
+            f"| {n(grpc.get('user_us'))} | {n(grpc.get('system_us'))} "
+            f"| {n(worker.get('user_us'))} | {n(worker.get('system_us'))} "
+            f"| {n(switches.get('grpc'), 1)} / {n(switches.get('worker'), 1)} / "
+            f"{n(sum(switches.values()), 1)} | {n(r.get('client_switches_per_infer'), 1)} |"
         )
     lines += [
         "",

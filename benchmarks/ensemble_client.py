@@ -16,8 +16,8 @@ Every final answer is compared with numpy (``expected``). After ``--warmup`` sec
 prints ``measuring`` (the parent samples the server then), after ``--seconds`` more ``stopped``,
 then one JSON object: complete inferences (chains) per second, p50/p99/mean latency per inference
 in µs (first send to last answer), per call p50 in client-chain, wrong answers, errors, and this
-process's CPU (getrusage) over the measured seconds. Only inferences that started and ended inside
-the measured seconds count.
+process's CPU and context switches (getrusage) over the measured seconds. Only inferences that
+started and ended inside the measured seconds count.
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ def request(model: str, input_name: str, data: bytes) -> Any:
     )
 
 
-def cpu_seconds() -> float:
+def cpu_and_switches() -> tuple[float, int]:
+    """This process's CPU seconds and context switches (every thread's, voluntary or not)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
 class Client:
@@ -143,10 +144,11 @@ def main() -> None:
     for thread in threads:
         thread.start()
     time.sleep(max(0.0, start - time.perf_counter()))
-    cpu_start = cpu_seconds()
+    cpu_start, switches_start = cpu_and_switches()
     print("measuring", flush=True)
     time.sleep(max(0.0, stop - time.perf_counter()))
-    cpu_s = cpu_seconds() - cpu_start
+    cpu_end, switches_end = cpu_and_switches()
+    cpu_s, switches = cpu_end - cpu_start, switches_end - switches_start
     print("stopped", flush=True)
     for thread in threads:
         thread.join()
@@ -176,6 +178,7 @@ def main() -> None:
         "client_cpu_s": cpu_s,
         "client_cores": cpu_s / args.seconds,
         "client_cpu_us_per_infer": cpu_s * 1e6 / answers if answers else None,
+        "client_switches_per_infer": switches / answers if answers else None,
     }
     print(json.dumps(report), flush=True)
 
