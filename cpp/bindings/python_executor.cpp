@@ -8,24 +8,30 @@
 namespace inferd::python {
 namespace {
 
-Status status_from_exception(py::error_already_set& error) {
+// The status an exception object stands for: its integer `code` when that names a StatusCode up to
+// INTERNAL, else INTERNAL; its text as the message.
+Status status_of(py::handle exception) {
   StatusCode code = StatusCode::kInternal;
-  if (py::hasattr(error.value(), "code")) {
+  if (py::hasattr(exception, "code")) {
     try {
-      const int value = py::int_(error.value().attr("code")).cast<int>();
+      const int value = py::int_(exception.attr("code")).cast<int>();
       if (value > 0 && value <= static_cast<int>(StatusCode::kInternal)) code = static_cast<StatusCode>(value);
     } catch (const py::error_already_set&) {
       // A `code` that is not an integer: keep INTERNAL.
     }
   }
-  return Status::Error(code, py::str(error.value()).cast<std::string>());
+  return Status::Error(code, py::str(exception).cast<std::string>());
 }
+
+Status status_from_exception(py::error_already_set& error) { return status_of(error.value()); }
 
 }  // namespace
 
 PythonExecutor::PythonExecutor(py::handle executor, std::vector<DataType> output_types)
     : execute_(hold_reference(executor.attr("execute"))),
       stage_(py::hasattr(executor, "stage") ? hold_reference(executor.attr("stage")) : nullptr),
+      execute_requests_(py::hasattr(executor, "execute_requests") ? hold_reference(executor.attr("execute_requests"))
+                                                                  : nullptr),
       output_types_(std::move(output_types)) {}
 
 Status PythonExecutor::stage(const std::vector<Tensor>& inputs) {
@@ -59,6 +65,49 @@ Status PythonExecutor::execute(const std::vector<Tensor>& inputs, std::vector<Te
     outputs->clear();
     for (size_t i = 0; i < output_types_.size(); ++i) {
       outputs->push_back(tensor_from_executor_array(results[i], output_types_[i]));
+    }
+    return Status::Ok();
+  } catch (py::error_already_set& error) {
+    return status_from_exception(error);
+  } catch (const std::exception& error) {
+    return Status::Error(StatusCode::kInternal, error.what());
+  }
+}
+
+Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& requests,
+                                        std::vector<RequestResult>* results) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::list batch;
+    for (const auto& inputs : requests) {
+      py::list arrays;
+      for (const Tensor& input : inputs) arrays.append(executor_array(input));
+      batch.append(arrays);
+    }
+    py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));
+    py::list answers(method(batch));
+    if (answers.size() != requests.size()) {
+      return Status::Error(StatusCode::kInternal, "executor answered " + std::to_string(answers.size()) +
+                                                      " requests of " + std::to_string(requests.size()));
+    }
+    results->clear();
+    for (py::handle answer : answers) {
+      RequestResult result;
+      if (PyExceptionInstance_Check(answer.ptr())) {
+        result.status = status_of(answer);
+      } else {
+        py::list arrays(py::reinterpret_borrow<py::object>(answer));
+        if (arrays.size() != output_types_.size()) {
+          result.status = Status::Error(StatusCode::kInternal, "executor returned " + std::to_string(arrays.size()) +
+                                                                   " outputs, the model has " +
+                                                                   std::to_string(output_types_.size()));
+        } else {
+          for (size_t i = 0; i < output_types_.size(); ++i) {
+            result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
+          }
+        }
+      }
+      results->push_back(std::move(result));
     }
     return Status::Ok();
   } catch (py::error_already_set& error) {

@@ -16,7 +16,10 @@ namespace py = pybind11;
 // only; the Python executor is expected to release it while it computes (ONNX Runtime does).
 // Errors raised by the Python executor become its status: the exception's integer `code`
 // attribute when it names a StatusCode, else INTERNAL. An object that also has
-// `stage(list[ndarray]) -> None` is a pipelined executor (see Executor::stage).
+// `stage(list[ndarray]) -> None` is a pipelined executor (see Executor::stage). One that has
+// `execute_requests(list[list[ndarray]]) -> list[list[ndarray] | BaseException]` answers each
+// request on its own (Executor::answers_each_request): per request its outputs in model order, or
+// the exception that fails it alone (its integer `code` attribute, as above).
 class PythonExecutor : public Executor {
  public:
   // Requires the GIL. `output_types` is the model's output datatypes, in output order.
@@ -25,10 +28,14 @@ class PythonExecutor : public Executor {
   Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
   bool pipelined() const override { return stage_ != nullptr; }
   Status stage(const std::vector<Tensor>& inputs) override;
+  bool answers_each_request() const override { return execute_requests_ != nullptr; }
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
+                          std::vector<RequestResult>* results) override;
 
  private:
-  std::shared_ptr<const void> execute_;  // the bound method, released under the GIL
-  std::shared_ptr<const void> stage_;    // null when the executor has no stage()
+  std::shared_ptr<const void> execute_;           // the bound method, released under the GIL
+  std::shared_ptr<const void> stage_;             // null when the executor has no stage()
+  std::shared_ptr<const void> execute_requests_;  // null when the executor has no execute_requests()
   std::vector<DataType> output_types_;
 };
 

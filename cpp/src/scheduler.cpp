@@ -47,6 +47,7 @@ std::string request_labels(const RequestBatch& requests) {
 struct Scheduler::StagedBatch {
   std::vector<std::unique_ptr<InferenceRequest>> requests;
   std::vector<Tensor> inputs;
+  std::vector<std::vector<Tensor>> request_inputs;  // instead of `inputs`, for an executor answering each request
   BatchTimeline timeline;
   Status status;                 // not ok: gathering or staging failed; the requests are failed with it
   bool executor_failed = false;  // the executor (stage, execute or its outputs), not gathering, failed
@@ -224,6 +225,25 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
   staged.requests = std::move(*batch);
   staged.timeline.start = Clock::now();
   try {
+    if (executor->answers_each_request()) {
+      // Each request on its own: a batch of one is passed through, client memory copied out.
+      for (size_t i = 0; i < staged.requests.size();) {
+        RequestBatch one;
+        one.push_back(std::move(staged.requests[i]));
+        try {
+          staged.request_inputs.push_back(gather_inputs(one, pool_.get(), options_.batching.padding));
+          staged.requests[i++] = std::move(one.front());
+        } catch (const ClientMemoryFault& fault) {
+          fail(std::move(one.front()), Status::Error(StatusCode::kInvalidArgument, fault.what()));
+          staged.requests.erase(staged.requests.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+      if (staged.requests.empty()) {
+        staged.status = Status::Error(StatusCode::kInvalidArgument, "no request of the batch is left");
+      }
+      staged.timeline.input_done = Clock::now();
+      return staged;
+    }
     // A request whose client memory cannot be read fails alone; the rest are gathered again.
     while (true) {
       try {
@@ -283,6 +303,7 @@ void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch
 }
 
 Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
+  if (staged->status.ok() && executor->answers_each_request()) return run_requests(executor, instance, staged);
   auto* batch = &staged->requests;
   BatchTimeline& timeline = staged->timeline;
   Status status = staged->status;
@@ -304,6 +325,46 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   }
   staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
   if (!status.ok()) return status;
+  complete_batch(batch, &per_request, instance, timeline, batch->size());
+  return Status::Ok();
+}
+
+Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatch* staged) {
+  RequestBatch& batch = staged->requests;
+  BatchTimeline& timeline = staged->timeline;
+  staged->executor_failed = false;  // a failure of the whole batch is not bisected: it fails every request
+  std::vector<RequestResult> results;
+  Status status;
+  try {
+    status = executor->execute_requests(staged->request_inputs, &results);
+  } catch (const std::exception& e) {
+    status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
+  }
+  timeline.infer_done = timeline.output_done = Clock::now();
+  staged->request_inputs.clear();
+  if (status.ok() && results.size() != batch.size()) {
+    status = Status::Error(StatusCode::kInternal, "the executor answered " + std::to_string(results.size()) +
+                                                      " results for " + std::to_string(batch.size()) + " requests");
+  }
+  if (!status.ok()) return status;
+  const size_t batch_requests = batch.size();
+  RequestBatch computed;
+  std::vector<std::vector<Tensor>> outputs;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (results[i].status.ok()) {
+      computed.push_back(std::move(batch[i]));
+      outputs.push_back(std::move(results[i].outputs));
+    } else {
+      fail(std::move(batch[i]), results[i].status);
+    }
+  }
+  batch.clear();
+  if (!computed.empty()) complete_batch(&computed, &outputs, instance, timeline, batch_requests);
+  return Status::Ok();
+}
+
+void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
+                               const BatchTimeline& timeline, size_t batch_requests) {
   statistics_.record_batch(*batch, timeline);
   RequestTiming timing;
   timing.compute_start = timeline.start;
@@ -311,7 +372,7 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   timing.infer_done = timeline.infer_done;
   timing.compute_end = timeline.output_done;
   timing.batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
-  timing.batch_requests = static_cast<uint32_t>(batch->size());
+  timing.batch_requests = static_cast<uint32_t>(batch_requests);
   for (const auto& request : *batch) timing.batch_rows += request->batch_size;
   timing.instance = instance;
   for (size_t i = 0; i < batch->size(); ++i) {
@@ -319,13 +380,12 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
     completion.token = (*batch)[i]->token;
     completion.timing = timing;
     completion.timing.enqueued = (*batch)[i]->enqueue_time;
-    completion.outputs = std::move(per_request[i]);
+    completion.outputs = std::move((*per_request)[i]);
     const uint64_t sequence = (*batch)[i]->sequence;
     completion.request = std::move((*batch)[i]);
     complete(std::move(completion), sequence);
   }
   batch->clear();
-  return Status::Ok();
 }
 
 void Scheduler::isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status) {

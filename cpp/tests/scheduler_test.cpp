@@ -315,6 +315,96 @@ TEST(Scheduler, BatchesQueuedRequestsAndScattersEachAnswerBack) {
   EXPECT_GT(pool->stats().reuses, 0u);  // batch buffers came back to the pool
 }
 
+// Answers each request on its own, as a python-backend model does: doubles it, fails a request
+// whose value is 13 with its own message, and records how many requests each call held.
+class PerRequestExecutor : public Executor {
+ public:
+  PerRequestExecutor(std::vector<size_t>* calls, std::mutex* mutex, bool fail_whole = false)
+      : calls_(calls), mutex_(mutex), fail_whole_(fail_whole) {}
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on an executor answering each request");
+  }
+  bool answers_each_request() const override { return true; }
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
+                          std::vector<RequestResult>* results) override {
+    {
+      std::lock_guard<std::mutex> lock(*mutex_);
+      calls_->push_back(requests.size());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // later requests queue meanwhile
+    if (fail_whole_) return Status::Error(StatusCode::kInternal, "the worker process died");
+    for (const auto& inputs : requests) {
+      const Tensor& in = inputs.at(0);
+      const auto* src = reinterpret_cast<const int32_t*>(in.data);
+      RequestResult result;
+      if (src[0] == 13) {
+        result.status = Status::Error(StatusCode::kInvalidArgument, "13 is refused by the model");
+      } else {
+        auto out = std::make_shared<std::vector<int32_t>>(src, src + in.byte_size / 4);
+        for (auto& v : *out) v *= 2;
+        result.outputs.push_back(
+            Tensor{DataType::kInt32, in.shape, reinterpret_cast<const std::byte*>(out->data()), out->size() * 4, out});
+      }
+      results->push_back(std::move(result));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<size_t>* calls_;
+  std::mutex* mutex_;
+  bool fail_whole_;
+};
+
+TEST(Scheduler, AnExecutorAnsweringEachRequestGetsTheBatchAsRequestsAndFailsOnlyTheOneItRefuses) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<size_t> calls;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<PerRequestExecutor>(&calls, &mutex));
+  Scheduler scheduler(options("python", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  constexpr int kRequests = 30;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) {
+    if (token == 13) {
+      EXPECT_EQ(c.status.code, StatusCode::kInvalidArgument);
+      EXPECT_EQ(c.status.message, "13 is refused by the model");
+    } else {
+      ASSERT_TRUE(c.status.ok()) << token << ": " << c.status.message;
+      EXPECT_EQ(*reinterpret_cast<const int32_t*>(c.outputs.at(0).data), static_cast<int32_t>(token) * 2);
+      EXPECT_GT(c.timing.batch_requests, 0u);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_LT(calls.size(), static_cast<size_t>(kRequests));  // requests shared calls
+  size_t total = 0;
+  for (size_t n : calls) total += n;
+  EXPECT_EQ(total, static_cast<size_t>(kRequests));  // each request once: no bisection re-runs
+  const StatisticsSnapshot stats = scheduler.statistics();
+  EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests - 1));
+  EXPECT_EQ(stats.fail.count, 1u);
+}
+
+TEST(Scheduler, AWholeBatchFailureOfAnExecutorAnsweringEachRequestFailsEveryRequestOnce) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<size_t> calls;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<PerRequestExecutor>(&calls, &mutex, /*fail_whole=*/true));
+  Scheduler scheduler(options("python", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  constexpr int kRequests = 10;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(scheduler.submit(int_request(static_cast<uint64_t>(i), i)).ok());
+  auto done = collect(*queue, kRequests);
+  ASSERT_EQ(done.size(), static_cast<size_t>(kRequests));
+  for (auto& [token, c] : done) EXPECT_EQ(c.status.message, "the worker process died") << token;
+  std::lock_guard<std::mutex> lock(mutex);
+  size_t total = 0;
+  for (size_t n : calls) total += n;
+  EXPECT_EQ(total, static_cast<size_t>(kRequests));  // not re-run in halves
+}
+
 TEST(Scheduler, EachAnswerCarriesItsTimelineAndTheBatchItRodeIn) {
   auto queue = std::make_shared<CompletionQueue>();
   std::vector<int64_t> rows;

@@ -341,3 +341,49 @@ async def test_every_batching_setting_reaches_the_core() -> None:
     finally:
         await scheduler.close()
         dispatcher.close()
+
+
+class PerRequestDoubler:
+    """Answers each request of a batch on its own, as a python-backend model does: doubles it,
+    or fails it alone (an exception object as its answer) when its first value is 13."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        raise AssertionError("execute() called on an executor that answers each request")
+
+    def execute_requests(self, requests: list[list[np.ndarray]]) -> list[Any]:
+        self.batches.append(len(requests))
+        time.sleep(0.01)  # later requests queue meanwhile
+        return [
+            InvalidArgument("13 is refused") if int(inputs[0].flat[0]) == 13 else [inputs[0] * 2]
+            for inputs in requests
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+async def test_an_executor_answering_each_request_gets_requests_and_fails_one_alone() -> None:
+    dispatcher = CompletionDispatcher(asyncio.get_running_loop())
+    executor = PerRequestDoubler()
+    scheduler = make_scheduler(dispatcher, [executor], max_batch_size=8, dynamic=True)
+    # Rows of their own per request (1 or 2): each request keeps its batch dim.
+    values = [np.full((1 + i % 2, 3), i, dtype=np.int32) for i in range(40)]
+    results = await asyncio.gather(
+        *(scheduler.infer([(INT32, v.shape, v)], v.shape[0]) for v in values),
+        return_exceptions=True,
+    )
+    for i, (value, result) in enumerate(zip(values, results, strict=True)):
+        if i == 13:
+            assert isinstance(result, InvalidArgument) and "13 is refused" in str(result)
+            continue
+        assert not isinstance(result, BaseException), result
+        ((_, shape, array),) = result.outputs
+        assert tuple(shape) == value.shape
+        np.testing.assert_array_equal(array, value * 2)
+    assert sum(executor.batches) == 40 and len(executor.batches) < 40  # batched, never re-run
+    stats = scheduler.statistics()
+    assert (stats.success.count, stats.fail.count) == (39, 1)
+    await scheduler.close()

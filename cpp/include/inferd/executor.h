@@ -12,6 +12,12 @@ namespace inferd {
 // TensorRT, test executors). One executor serves one worker thread at a time, so implementations need
 // not be thread-safe, except that a pipelined executor's stage() runs on a second thread,
 // concurrently with execute().
+// One request's answer from an executor that answers each request of a batch on its own.
+struct RequestResult {
+  Status status;
+  std::vector<Tensor> outputs;  // in model output order, with the request's own batch dim, when ok
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -32,6 +38,22 @@ class Executor {
   // memory alive. On failure returns the error and `outputs` is ignored. May block for the
   // duration of the computation; must not throw.
   virtual Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) = 0;
+
+  // An executor whose model answers each request of a batch on its own (Triton's python backend:
+  // execute(requests) returns one response per request, any of which may be an error) takes the
+  // batch as its requests, not gathered: the scheduler calls execute_requests() instead of
+  // execute() and answers each request with its own result (no padding, no bisection: a failed
+  // request fails alone by construction).
+  virtual bool answers_each_request() const { return false; }
+  // `requests`: each request's inputs in model input order, with its own batch dim. Returns a
+  // failure of the whole batch (every request fails with it), or ok with `results` holding one
+  // result per request, in order. May block for the computation; must not throw.
+  virtual Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
+                                  std::vector<RequestResult>* results) {
+    (void)requests;
+    (void)results;
+    return Status::Error(StatusCode::kUnimplemented, "this executor takes gathered batches");
+  }
 };
 
 }  // namespace inferd

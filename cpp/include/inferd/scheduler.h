@@ -33,6 +33,9 @@ struct SchedulerOptions {
 // (Executor::pipelined) also gets a stager thread, which takes, gathers and stages batch N+1
 // while the worker computes batch N; the two meet in a one-batch handoff.
 //
+// An executor that answers each request on its own (Executor::answers_each_request) gets the
+// batch's requests instead of a gathered batch; each request is answered with its own result.
+//
 // A batch of several requests that the executor fails is not failed as a whole: one request's
 // input must not fail the others, nor reach them in a message. The worker runs it again in halves
 // (bisection) until each failing request has failed alone, with its own run's message; the others
@@ -95,6 +98,12 @@ class Scheduler final : public RequestScheduler {
   // Executes a staged batch and splits its outputs per request; on success completes the
   // requests. On failure returns the status and leaves the requests in `staged`.
   Status run_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
+  // run_batch for an executor that answers each request: each request completed or failed alone.
+  Status run_requests(Executor* executor, uint32_t instance, StagedBatch* staged);
+  // Records a computed batch and completes its requests with their outputs (per_request[i] for
+  // the i-th); `batch_requests`: how many requests the executed batch held.
+  void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
+                      const BatchTimeline& timeline, size_t batch_requests);
   // Re-runs a failed batch in halves so that only the requests that fail alone fail (see above).
   // Precondition: nothing is staged on `executor` ahead of what this stages.
   void isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status);

@@ -24,7 +24,7 @@ from inferd.batching.cuda import (
     pinned_array,
 )
 from inferd.batching.ensemble import CoreEnsembleStep, EnsembleScheduler, SchedulerDirectory
-from inferd.batching.executor import Executor, StagingExecutor
+from inferd.batching.executor import Executor, RequestAnsweringExecutor, StagingExecutor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "ModelScheduler",
     "Padding",
     "QueuePolicy",
+    "RequestAnsweringExecutor",
     "SchedulerDirectory",
     "StagingExecutor",
     "TensorSignature",

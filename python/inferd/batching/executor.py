@@ -39,3 +39,20 @@ class StagingExecutor(Executor, Protocol):
     """
 
     def stage(self, inputs: list[np.ndarray | None]) -> None: ...
+
+
+class RequestAnsweringExecutor(Executor, Protocol):
+    """An executor whose model answers each request of a batch on its own (Triton's python
+    backend: ``execute(requests)`` returns one response per request, any of which may be an
+    error). The core calls ``execute_requests`` instead of ``execute`` with the batch's requests,
+    each a list of its inputs (as ``execute`` takes them, with the request's own batch dim), and
+    answers each request with its item of the result: its outputs (as ``execute`` returns them),
+    or the exception that fails that request alone (an ``inferd.errors`` error answers with its
+    code). Raising fails the whole batch; nothing is re-run in halves.
+
+    Optional, looked up once per instance as ``stage`` is.
+    """
+
+    def execute_requests(
+        self, requests: list[list[np.ndarray | None]]
+    ) -> list[list[np.ndarray] | BaseException]: ...
