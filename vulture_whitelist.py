@@ -86,3 +86,7 @@ _.intercept_service
 # repository/ensemble.py: the plan's graph, which tests/unit/test_ensemble_config.py checks; the
 # core derives its own from the steps' maps.
 _.depends_on
+
+# batching/executor.py: the core calls an executor's execute_requests (looked up like stage, by
+# cpp/bindings/python_executor.cpp); issue 17's python-backend executor defines it.
+_.execute_requests
