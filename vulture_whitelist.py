@@ -90,3 +90,44 @@ _.depends_on
 # batching/executor.py: the core calls an executor's execute_requests (looked up like stage, by
 # cpp/bindings/python_executor.cpp); issue 17's python-backend executor defines it.
 _.execute_requests
+
+# issue 17: called by python-backend model code (Triton's API): python_backend/pb_utils.py is the
+# module model.py imports as triton_python_backend_utils; __getattr__ is Python's module hook.
+_.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+_.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END
+_.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+_.INVALID_ARG
+_.LogLevel
+_.log_info
+_.log_warn
+_.log_error
+_.is_cpu
+_.to_dlpack
+_.from_dlpack
+_.is_cancelled
+_.get_response_sender
+_.set_release_flags
+_.async_exec
+_.get_input_tensor_by_name
+_.get_output_tensor_by_name
+_.get_input_config_by_name
+_.get_output_config_by_name
+_.using_decoupled_model_transaction_policy
+_.triton_string_to_numpy
+_.triton_to_numpy_type
+_.numpy_to_triton_type
+_.serialize_byte_tensor
+_.deserialize_bytes_tensor
+_.as_dict
+_.set_max_batch_size
+_.set_dynamic_batching
+_.add_input
+_.add_output
+_.set_model_transaction_policy
+_.__getattr__
+# issue 17: pb_utils' hooks for the worker process (python_backend/worker.py), which attaches a
+# decoupled request's response sender, marks a cancelled request and installs the BLS executor.
+_._attach_response_sender
+_._mark_cancelled
+_.set_bls_executor
