@@ -1,0 +1,370 @@
+"""The server's handle on one python-backend model instance's worker process.
+
+``PythonModelProcess`` starts the worker (worker.py), hands it whole batches and reads back one
+answer per request. Its calls block; they are meant for one core worker thread at a time (a lock
+makes concurrent callers wait their turn). While it waits for the worker it sits in socket reads
+and process waits, which release the GIL, so the front end keeps running.
+
+A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call in flight raise
+``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
+brings up a fresh one with the same arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+import inferd
+from inferd import errors
+from inferd.python_backend import ipc
+
+_log = logging.getLogger(__name__)
+
+# How often a wait on the worker wakes to check that the process still lives (a process the
+# model started may hold the socket open after the worker itself died).
+_LIVENESS_POLL_S: Final = 0.2
+_LOG_LEVELS: Final = {
+    "VERBOSE": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+}
+
+
+class WorkerDied(errors.Internal):
+    """The worker process ended while the server waited on it."""
+
+
+class WorkerStartFailed(errors.ModelLoadError):
+    """The worker could not be started, or the model's initialize failed."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker is started with: the model instance and Triton's initialize arguments."""
+
+    model_name: str
+    model_version: int
+    instance_name: str  # e.g. "add_sub_0": unique per instance, shown by `ps`
+    model_file: Path  # <repository>/<model>/<version>/model.py
+    model_config_json: str  # the model's config as Triton's JSON form (args["model_config"])
+    model_repository: Path  # Triton passes the model's directory under this name
+    instance_kind: str = "CPU"  # "CPU", "GPU" or "MODEL", as Triton's model_instance_kind
+    device_id: int = 0
+    # A virtualenv directory (parameters EXECUTION_ENV_PATH): the worker runs <env>/bin/python.
+    execution_env: Path | None = None
+
+    def initialize_args(self) -> dict[str, str]:
+        """``initialize(args)``'s argument: Triton's keys, every value a string."""
+        return {
+            "model_config": self.model_config_json,
+            "model_instance_kind": self.instance_kind,
+            "model_instance_name": self.instance_name,
+            "model_instance_device_id": str(self.device_id),
+            "model_repository": str(self.model_repository),
+            "model_version": str(self.model_version),
+            "model_name": self.model_name,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"python model '{self.model_name}' version {self.model_version} "
+            f"instance '{self.instance_name}'"
+        )
+
+
+@dataclass
+class PythonRequest:
+    """One request of a batch, as the worker's ``execute`` will see it."""
+
+    request_id: str
+    inputs: dict[str, npt.NDArray[Any]]  # BYTES inputs as object arrays of bytes
+    requested_output_names: list[str] = field(default_factory=list)  # empty: every output
+    parameters: dict[str, Any] = field(default_factory=dict)
+    correlation_id: int | str = 0
+    flags: int = 0
+    timeout_us: int = 0
+
+
+@dataclass
+class PythonResponse:
+    """One request's answer: its outputs (owned copies), or the error that failed it."""
+
+    outputs: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+class PythonModelProcess:
+    """One model instance's worker process and the channel to it.
+
+    Invariants: at most one batch is in flight; the input arena is written only between
+    batches; ``_process`` and ``_channel`` are both set (a started worker) or both None.
+    """
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._channel: ipc.Channel | None = None
+        self._inputs: ipc.ArenaWriter | None = None
+        self._outputs: ipc.ArenaReader | None = None
+        self._start_timeout_s = 60.0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def _python(self) -> str:
+        env = self._spec.execution_env
+        if env is None:
+            return sys.executable
+        python = env / "bin" / "python"
+        if not python.exists():
+            raise WorkerStartFailed(
+                f"{self._spec.describe()}: EXECUTION_ENV_PATH {env} is not a virtualenv "
+                f"directory ({python} does not exist)"
+            )
+        return str(python)
+
+    def _command(self, python: str, fd: int) -> list[str]:
+        spec = self._spec
+        return [
+            python,
+            "-m",
+            "inferd.python_backend.worker",
+            "--model",
+            spec.model_name,
+            "--version",
+            str(spec.model_version),
+            "--instance",
+            spec.instance_name,
+            "--model-file",
+            str(spec.model_file),
+            "--fd",
+            str(fd),
+        ]
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Spawns the worker and returns once the model's ``initialize`` has finished.
+
+        Raises ``WorkerStartFailed`` with the model's message when initialize raises, when the
+        worker exits first, or when initialize takes longer than ``timeout_s``.
+        """
+        with self._lock:
+            self._start_timeout_s = timeout_s
+            self._start_locked(timeout_s)
+
+    def _start_locked(self, timeout_s: float) -> None:
+        if self._process is not None:
+            raise errors.FailedPrecondition(f"{self._spec.describe()} is already started")
+        python = self._python()
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ)
+        # The worker imports inferd from where this server's copy lives, also from a virtualenv.
+        package_root = str(Path(inferd.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        try:
+            self._process = subprocess.Popen(
+                self._command(python, child_end.fileno()),
+                pass_fds=(child_end.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError as error:
+            parent_end.close()
+            reason = f"{self._spec.describe()}: cannot start {python}: {error}"
+            raise WorkerStartFailed(reason) from error
+        finally:
+            child_end.close()
+        self._channel = ipc.Channel(parent_end)
+        self._inputs = ipc.ArenaWriter(f"inferd-inputs-{self._spec.instance_name}")
+        self._outputs = ipc.ArenaReader()
+        try:
+            self._channel.send({"type": "initialize", "args": self._spec.initialize_args()})
+            message = self._receive(time.monotonic() + timeout_s)
+        except WorkerDied as died:
+            self._discard()
+            raise WorkerStartFailed(f"{died} before initialize finished") from died
+        except TimeoutError:
+            self._kill_and_discard()
+            raise WorkerStartFailed(
+                f"{self._spec.describe()}: initialize did not finish within {timeout_s:g} s"
+            ) from None
+        if message.get("type") == "initialize_failed":
+            self._kill_and_discard()
+            raise WorkerStartFailed(
+                f"{self._spec.describe()}: initialize failed: {message['message']}"
+            )
+        if message.get("type") != "ready":
+            self._kill_and_discard()
+            raise WorkerStartFailed(f"{self._spec.describe()}: unexpected {message.get('type')!r}")
+
+    def execute(self, requests: list[PythonRequest]) -> list[PythonResponse]:
+        """Runs one batch through the model's ``execute``: one response per request, in order.
+
+        Raises ``WorkerDied`` when the worker ends before answering (its requests are lost;
+        ``restart()`` serves again) and ``errors.Unavailable`` when no worker is running.
+        """
+        with self._lock:
+            if self._channel is None or self._inputs is None or self._outputs is None:
+                raise errors.Unavailable(f"{self._spec.describe()} is not running")
+            tensors = [(name, array) for r in requests for name, array in r.inputs.items()]
+            try:
+                refs, replaced = self._inputs.place(tensors)
+            except TypeError as error:
+                raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
+            wire: list[ipc.Message] = []
+            position = 0
+            for request in requests:
+                count = len(request.inputs)
+                wire.append(
+                    {
+                        "request_id": request.request_id,
+                        "inputs": [ref.to_message() for ref in refs[position : position + count]],
+                        "requested_output_names": request.requested_output_names,
+                        "parameters": json.dumps(request.parameters),
+                        "correlation_id": request.correlation_id,
+                        "flags": request.flags,
+                        "timeout": request.timeout_us,
+                    }
+                )
+                position += count
+            message: ipc.Message = {"type": "execute", "requests": wire}
+            self._channel.socket.settimeout(None)  # _receive's liveness polls are for reads only
+            try:
+                if replaced is None:
+                    self._channel.send(message)
+                else:
+                    message["arena_size"] = replaced.size
+                    self._channel.send(message, (replaced.fd,))
+            except OSError:
+                pass  # the worker is gone: _receive names how it ended
+            reply = self._receive(None)
+            if reply.get("type") != "result" or len(reply["responses"]) != len(requests):
+                raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
+            return [self._response(answer) for answer in reply["responses"]]
+
+    def _response(self, answer: ipc.Message) -> PythonResponse:
+        if "error" in answer:
+            return PythonResponse(error=str(answer["error"]))
+        assert self._outputs is not None
+        outputs: dict[str, npt.NDArray[Any]] = {}
+        for ref in (ipc.TensorRef.from_message(m) for m in answer["outputs"]):
+            # A copy: the worker rewrites the output arena with the next batch.
+            outputs[ref.name] = np.array(self._outputs.view(ref), copy=True)
+        return PythonResponse(outputs=outputs)
+
+    def _receive(self, deadline: float | None) -> ipc.Message:
+        """The worker's next message other than a log line (logged here).
+
+        Raises ``WorkerDied`` when the worker ends first and ``TimeoutError`` at ``deadline``.
+        """
+        assert self._channel is not None and self._outputs is not None
+        while True:
+            wait = _LIVENESS_POLL_S
+            if deadline is not None:
+                wait = min(wait, max(deadline - time.monotonic(), 0.001))
+            self._channel.socket.settimeout(wait)
+            try:
+                message, fds = self._channel.receive()
+            except TimeoutError:
+                if self._process is not None and self._process.poll() is not None:
+                    raise self._died() from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                continue
+            except (ipc.ChannelClosed, ConnectionError):
+                raise self._died() from None
+            if message.get("type") == "log":
+                self._log_record(message)
+                for fd in fds:
+                    os.close(fd)
+                continue
+            self._outputs.adopt(message, fds)
+            return message
+
+    def _log_record(self, message: ipc.Message) -> None:
+        level = _LOG_LEVELS.get(str(message.get("level")), logging.INFO)
+        _log.log(level, "%s: %s", self._spec.describe(), message.get("message", ""))
+
+    def _died(self) -> WorkerDied:
+        """Reaps the ended worker and describes how it ended."""
+        assert self._process is not None
+        pid = self._process.pid
+        try:
+            returncode = self._process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            # Its socket closed yet it lives on (a wedged exit): it is of no further use.
+            self._process.kill()
+            returncode = self._process.wait()
+        self._discard()
+        return WorkerDied(
+            f"{self._spec.describe()} (pid {pid}) died: {_exit_description(returncode)}"
+        )
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Asks the worker to run ``finalize`` and exit; SIGKILL when ``grace_s`` passes first."""
+        with self._lock:
+            self._stop_locked(grace_s)
+
+    def _stop_locked(self, grace_s: float) -> None:
+        if self._process is None or self._channel is None:
+            return
+        deadline = time.monotonic() + grace_s
+        try:
+            self._channel.socket.settimeout(max(grace_s, 0.001))
+            self._channel.send({"type": "stop"})
+            reply = self._receive(deadline)
+            if reply.get("error"):
+                _log.warning("%s: finalize failed: %s", self._spec.describe(), reply["error"])
+            # finalize is done: a second more for the interpreter's exit, even past the grace.
+            self._process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+        except WorkerDied:
+            return  # already reaped and discarded
+        except (OSError, TimeoutError, subprocess.TimeoutExpired):
+            _log.warning("%s: did not stop within %g s, killing it", self._spec.describe(), grace_s)
+        self._kill_and_discard()
+
+    def restart(self) -> None:
+        """Replaces the worker (killed if still running) by a fresh one, initialized again."""
+        with self._lock:
+            self._kill_and_discard()
+            self._start_locked(self._start_timeout_s)
+
+    def _kill_and_discard(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._discard()
+
+    def _discard(self) -> None:
+        for closeable in (self._channel, self._inputs, self._outputs):
+            if closeable is not None:
+                closeable.close()
+        self._channel = None
+        self._inputs = None
+        self._outputs = None
+        self._process = None
