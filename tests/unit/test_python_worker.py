@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import signal
 import socket
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from inferd.errors import InvalidArgument
 from inferd.python_backend import ipc
@@ -377,14 +379,20 @@ def test_stop_runs_finalize_and_the_worker_exits(tmp_path: Path) -> None:
 
 
 def test_model_logs_reach_the_parent_and_prints_go_to_stderr(
-    started: Any, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    started: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     process = started(LOGS, "chatty")
-    with caplog.at_level(logging.INFO, logger="inferd.python_backend.process"):
+    with capture_logs() as records:
         process.execute([_request("r", X=np.zeros(1, np.int8))])
-    [record] = [r for r in caplog.records if "a warning from the model" in r.getMessage()]
-    assert record.levelno == logging.WARNING
-    assert "python model 'chatty' version 1 instance 'chatty_0'" in record.getMessage()
+    assert records == [
+        {
+            "event": "a warning from the model",
+            "log_level": "warning",
+            "model": "chatty",
+            "version": 1,
+            "instance": "chatty_0",
+        }
+    ]
     process.stop(grace_s=5)  # the worker's stderr is flushed by its exit
     captured = capfd.readouterr()
     assert "a print from the model" in captured.err
@@ -545,3 +553,52 @@ def test_descriptors_belong_to_the_message_that_announced_them() -> None:
         arena.close()
         sender.close()
         receiver.close()
+
+
+def test_a_worker_whose_server_dies_runs_finalize_and_exits(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, ADD_SUB)
+    # A stand-in server: starts the worker, says its pid, then waits to be killed.
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from pathlib import Path
+                from inferd.python_backend.process import PythonModelProcess, WorkerSpec
+                process = PythonModelProcess(WorkerSpec(
+                    "add_sub", 1, "add_sub_0", Path({str(spec.model_file)!r}), "{{}}",
+                    Path({str(spec.model_repository)!r})))
+                process.start(timeout_s=30)
+                print(process.pid, flush=True)
+                time.sleep(60)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        worker_pid = int(server.stdout.readline())
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+    finalized = tmp_path / "add_sub" / "1" / "finalized"
+    deadline = time.monotonic() + 20
+    while not finalized.exists() or _alive(worker_pid):
+        assert time.monotonic() < deadline, "the orphaned worker did not finalize and exit"
+        time.sleep(0.02)
+    assert finalized.read_text() == "finalize ran"
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie awaiting its reaper has exited)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status

@@ -169,15 +169,23 @@ class TensorRef:
         )
 
 
+# BF16 has no numpy dtype of its own (datatypes.py carries it as uint16): uint16 is UINT16.
+_DATATYPE_BY_DTYPE: Final[dict[np.dtype[Any], str]] = {
+    d.numpy: d.name for d in DATATYPES.values() if not d.is_bytes and d.name != "BF16"
+}
+
+
 def datatype_of(array: npt.NDArray[Any]) -> str:
     """The protocol datatype that holds ``array``: object and string arrays are BYTES."""
+    name = _DATATYPE_BY_DTYPE.get(array.dtype)
+    if name is not None:
+        return name
     if array.dtype.kind in ("O", "S", "U"):
         return "BYTES"
-    little_endian = array.dtype.newbyteorder("<")
-    for datatype in DATATYPES.values():
-        if not datatype.is_bytes and datatype.name != "BF16" and datatype.numpy == little_endian:
-            return datatype.name
-    raise TypeError(f"no protocol datatype holds numpy dtype {array.dtype}")
+    name = _DATATYPE_BY_DTYPE.get(array.dtype.newbyteorder("<"))
+    if name is None:
+        raise TypeError(f"no protocol datatype holds numpy dtype {array.dtype}")
+    return name
 
 
 def _element_bytes(element: object) -> bytes:

@@ -27,12 +27,13 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+import structlog
 
 import inferd
 from inferd import errors
 from inferd.python_backend import ipc
 
-_log = logging.getLogger(__name__)
+log = structlog.get_logger(__name__)
 
 # How often a wait on the worker wakes to check that the process still lives (a process the
 # model started may hold the socket open after the worker itself died).
@@ -307,8 +308,20 @@ class PythonModelProcess:
             return message
 
     def _log_record(self, message: ipc.Message) -> None:
-        level = _LOG_LEVELS.get(str(message.get("level")), logging.INFO)
-        _log.log(level, "%s: %s", self._spec.describe(), message.get("message", ""))
+        """A pb_utils.Logger record from model code, logged with the instance that made it."""
+        log.log(
+            _LOG_LEVELS.get(str(message.get("level")), logging.INFO),
+            str(message.get("message", "")),
+            **self._identity(),
+        )
+
+    def _identity(self) -> dict[str, str | int]:
+        spec = self._spec
+        return {
+            "model": spec.model_name,
+            "version": spec.model_version,
+            "instance": spec.instance_name,
+        }
 
     def _died(self) -> WorkerDied:
         """Reaps the ended worker and describes how it ended."""
@@ -339,13 +352,15 @@ class PythonModelProcess:
             self._channel.send({"type": "stop"})
             reply = self._receive(deadline)
             if reply.get("error"):
-                _log.warning("%s: finalize failed: %s", self._spec.describe(), reply["error"])
+                log.warning("finalize failed", error=reply["error"], **self._identity())
             # finalize is done: a second more for the interpreter's exit, even past the grace.
             self._process.wait(timeout=max(deadline - time.monotonic(), 1.0))
         except WorkerDied:
             return  # already reaped and discarded
         except (OSError, TimeoutError, subprocess.TimeoutExpired):
-            _log.warning("%s: did not stop within %g s, killing it", self._spec.describe(), grace_s)
+            log.warning(
+                "did not stop within the grace, killed", grace_s=grace_s, **self._identity()
+            )
         self._kill_and_discard()
 
     def restart(self) -> None:

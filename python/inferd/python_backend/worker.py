@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -102,23 +103,28 @@ class ModelWorker:
             raise ValueError(f"expected 'initialize' first, got {message.get('type')!r}")
         if not self._initialize(dict(message["args"])):
             return 1
+        try:
+            self._serve_batches()
+        except (ipc.ChannelClosed, ConnectionError):
+            # The server went away without a stop (maybe mid-batch): finalize all the same.
+            self._finalize()
+            return 0
+        error = self._finalize()
+        with contextlib.suppress(ConnectionError):
+            self.send({"type": "stopped", "error": error})
+        return 0
+
+    def _serve_batches(self) -> None:
+        """Executes batches until the server says stop."""
         while True:
-            try:
-                message, fds = self._channel.receive()
-            except ipc.ChannelClosed:
-                # The server went away without a stop: finalize all the same.
-                self._finalize()
-                return 0
+            message, fds = self._channel.receive()
             kind = message.get("type")
-            if kind == "execute":
-                self._inputs.adopt(message, fds)
-                self._execute(list(message["requests"]))
-            elif kind == "stop":
-                error = self._finalize()
-                self.send({"type": "stopped", "error": error})
-                return 0
-            else:
+            if kind == "stop":
+                return
+            if kind != "execute":
                 raise ValueError(f"unknown control message {kind!r}")
+            self._inputs.adopt(message, fds)
+            self._execute(list(message["requests"]))
 
     def _initialize(self, args: dict[str, str]) -> bool:
         sys.modules["triton_python_backend_utils"] = pb_utils
