@@ -131,10 +131,3 @@ _.__getattr__
 _._attach_response_sender
 _._mark_cancelled
 _.set_bls_executor
-
-# issue 17, item 2 (foundation): python_backend/process.py's PythonModelProcess, the server's
-# handle on a python-backend worker process (python -m inferd.python_backend.worker), is not yet
-# called by the core's executor for backend "python" (the wiring to come); until then only
-# tests/unit/test_python_worker.py starts, restarts and stops it.
-_.PythonModelProcess
-_.restart

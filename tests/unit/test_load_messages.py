@@ -26,7 +26,7 @@ from inferd.models import ModelRegistry, ModelState, ModelVersionBuilder
 from inferd.repository import InstancePlacement, ModelRepository, instance_placements
 
 OPTIONS = OnnxRuntimeOptions(1, 1)
-RUNNABLE = ("onnxruntime_onnx", "onnxruntime", "tensorrt_plan", "tensorrt")
+RUNNABLE = ("onnxruntime_onnx", "onnxruntime", "tensorrt_plan", "tensorrt", "'python'")
 
 
 def registry_for(root: Path) -> ModelRegistry:
@@ -113,7 +113,6 @@ async def failed_load(root: Path, name: str) -> str:
 @pytest.mark.parametrize(
     ("config", "file", "what"),
     [
-        ('backend: "python"\n', "model.py", "backend 'python'"),
         ('backend: "pytorch"\n', "model.pt", "backend 'pytorch'"),
         ('platform: "pytorch_libtorch"\n', "model.pt", "platform 'pytorch_libtorch'"),
         ('platform: "tensorflow_savedmodel"\n', "model.savedmodel", "platform 'tensorflow_"),
@@ -136,8 +135,8 @@ async def test_a_backend_named_by_a_load_requests_config_is_refused_likewise(
     make_examples(repository)
     registry = registry_for(repository)
     override = model_config_pb2.ModelConfig()
-    text_format.Parse('backend: "python"', override)
-    with pytest.raises(ModelLoadError, match="model 'simple': backend 'python' is not one"):
+    text_format.Parse('backend: "pytorch"', override)
+    with pytest.raises(ModelLoadError, match="model 'simple': backend 'pytorch' is not one"):
         await registry.load("simple", override)
     await registry.close()
 

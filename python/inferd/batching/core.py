@@ -337,7 +337,12 @@ class ModelScheduler:
     async def close(self, *, reject_queued: bool = False) -> None:
         """Stops intake, lets queued requests finish (or rejects them), joins the workers and
         closes the executors. The join runs off the event loop, which keeps completing requests."""
-        await asyncio.get_running_loop().run_in_executor(None, self._core.shutdown, reject_queued)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._core.shutdown, reject_queued)
+        # Off the loop too: closing may wait (a python model's finalize, in its worker process).
+        await loop.run_in_executor(None, self._close_executors)
+
+    def _close_executors(self) -> None:
         for executor in self._executors:
             executor.close()
 
@@ -345,5 +350,4 @@ class ModelScheduler:
         """Like close, blocking the calling thread: for a scheduler that never served (a load
         that failed half-way, on the loader's worker thread)."""
         self._core.shutdown(True)
-        for executor in self._executors:
-            executor.close()
+        self._close_executors()

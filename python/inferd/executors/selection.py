@@ -1,14 +1,17 @@
 """Which executor runs a model version's instances: ONNX Runtime (CPU, in the core when its
 library loads, or CUDA/TensorRT providers on a GPU) by default; TensorRT itself for a serialized
-engine (platform tensorrt_plan) or when the config's ``inferd.executor`` parameter asks for it."""
+engine (platform tensorrt_plan) or when the config's ``inferd.executor`` parameter asks for it; a
+worker process per instance for a python-backend model (backend python)."""
 
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
 import structlog
+from google.protobuf import json_format
 
 from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CudaStream, DeviceBufferPool, Executor, HostBufferPool
@@ -22,6 +25,7 @@ from inferd.executors.onnxruntime_native import (
     NativeOnnxRuntimeExecutor,
     native_onnxruntime,
 )
+from inferd.executors.python_backend import PythonBackendExecutor
 from inferd.executors.tensorrt import (
     TensorRtExecutor,
     build_engine,
@@ -29,7 +33,8 @@ from inferd.executors.tensorrt import (
     engine_cache_path,
     optimization_profile,
 )
-from inferd.repository.config import EXECUTOR, TENSORRT_PLATFORM
+from inferd.python_backend.process import WorkerSpec
+from inferd.repository.config import EXECUTOR, PYTHON_BACKEND, TENSORRT_PLATFORM
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
 from inferd.repository.layout import model_file_label
 
@@ -57,6 +62,14 @@ def create_executors(
     outputs = [t.name for t in config.output]
     executors: list[Executor] = []
     try:
+        if config.backend == PYTHON_BACKEND:
+            for index, placement in enumerate(placements):
+                executors.append(
+                    PythonBackendExecutor(
+                        python_worker_spec(config, model_file, placement, index), inputs, outputs
+                    )
+                )
+            return executors
         if not wants_tensorrt(config):
             output_datatypes = [int(t.data_type) for t in config.output]
             for placement in placements:
@@ -114,6 +127,37 @@ def create_executors(
         for executor in executors:
             executor.close()
         raise
+
+
+# Config parameter (Triton's): a python model's own Python environment. inferd takes a
+# virtualenv directory (its bin/python runs the worker); $$TRITON_MODEL_DIRECTORY stands for the
+# model's folder.
+EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
+
+
+def python_worker_spec(
+    config: ModelConfig, model_file: Path, placement: InstancePlacement, index: int
+) -> WorkerSpec:
+    """How one instance's worker starts: Triton's initialize arguments and the model's file."""
+    model_dir = model_file.parent.parent
+    env = None
+    if EXECUTION_ENV_PATH in config.parameters:
+        text = config.parameters[EXECUTION_ENV_PATH].string_value
+        env = Path(text.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir)))
+    as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    for tensor in [*as_dict.get("input", []), *as_dict.get("output", [])]:
+        tensor["dims"] = [int(d) for d in tensor.get("dims", [])]  # int64 travels as text in JSON
+    return WorkerSpec(
+        model_name=config.name,
+        model_version=int(model_file.parent.name),
+        instance_name=f"{config.name}_{index}",
+        model_file=model_file,
+        model_config_json=json.dumps(as_dict),
+        model_repository=model_dir,
+        instance_kind="GPU" if placement.on_gpu else "CPU",
+        device_id=max(placement.device_id, 0),
+        execution_env=env,
+    )
 
 
 def _import_tensorrt(model: str) -> Any:

@@ -138,6 +138,12 @@ class PythonModelProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
+    @property
+    def running(self) -> bool:
+        """Whether a started worker is still alive (one that died idle is found here, before a
+        batch is handed to it)."""
+        return self._process is not None and self._process.poll() is None
+
     def _python(self) -> str:
         env = self._spec.execution_env
         if env is None:

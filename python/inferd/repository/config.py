@@ -28,6 +28,8 @@ ONNX_BACKEND = "onnxruntime"
 TENSORRT_PLATFORM = "tensorrt_plan"
 TENSORRT_BACKEND = "tensorrt"
 ENSEMBLE_PLATFORM = "ensemble"  # Triton's: the steps run other models (inferd.repository.ensemble)
+PYTHON_BACKEND = "python"  # Triton's python backend: <version>/model.py, one process per instance
+PYTHON_FILE = "model.py"
 ONNX_FILE = "model.onnx"
 PLAN_FILE = "model.plan"
 # Config parameter: "tensorrt" builds an ONNX model into a TensorRT engine for KIND_GPU instances.
@@ -37,8 +39,9 @@ EXECUTOR = "inferd.executor"
 READINESS = "inferd.readiness"
 RUNNABLE = (
     f"inferd runs ONNX models (platform {ONNX_PLATFORM!r}, backend {ONNX_BACKEND!r}), "
-    f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r}) and "
-    f"ensembles of those (platform {ENSEMBLE_PLATFORM!r})"
+    f"TensorRT engines (platform {TENSORRT_PLATFORM!r}, backend {TENSORRT_BACKEND!r}), "
+    f"python-backend models (backend {PYTHON_BACKEND!r}) and ensembles of those "
+    f"(platform {ENSEMBLE_PLATFORM!r})"
 )
 
 
@@ -102,7 +105,7 @@ def _check_runnable(config: ModelConfig, name: str) -> None:
         raise ModelLoadError(
             f"{where}: platform {config.platform!r} is not one inferd can run; {RUNNABLE}"
         )
-    if config.backend and config.backend not in (ONNX_BACKEND, TENSORRT_BACKEND):
+    if config.backend and config.backend not in (ONNX_BACKEND, TENSORRT_BACKEND, PYTHON_BACKEND):
         raise ModelLoadError(
             f"{where}: backend {config.backend!r} is not one inferd can run; {RUNNABLE}"
         )
@@ -113,6 +116,8 @@ def model_filename(config: ModelConfig) -> str:
     platform's (model.plan for TensorRT engines, model.onnx otherwise)."""
     if config.default_model_filename:
         return config.default_model_filename
+    if config.backend == PYTHON_BACKEND:
+        return PYTHON_FILE
     return PLAN_FILE if config.platform == TENSORRT_PLATFORM else ONNX_FILE
 
 
@@ -139,7 +144,7 @@ def load_model_config(
     config.name = name
     check_honoured(config)
     _check_platform(config)
-    if config.platform == TENSORRT_PLATFORM:
+    if config.platform == TENSORRT_PLATFORM or config.backend == PYTHON_BACKEND:
         _check_stated_io(config)
         complete_config(config, [], [], default_max_batch_size)
     else:
@@ -183,8 +188,9 @@ def stated_readiness_required(config_path: Path | None) -> bool:
 def _check_stated_io(config: ModelConfig) -> None:
     if not config.input or not config.output:
         raise ModelLoadError(
-            f"model {config.name!r}: a tensorrt_plan config must list its inputs and outputs "
-            "(inferd checks the engine against them when it loads it on a GPU)"
+            f"model {config.name!r}: a {config.platform or config.backend} config must list its "
+            "inputs and outputs (a TensorRT engine is checked against them when it loads on a GPU; "
+            "a python model's responses must carry them)"
         )
     tensors: list[model_config_pb2.ModelInput | model_config_pb2.ModelOutput] = [
         *config.input,
@@ -204,5 +210,7 @@ def _check_platform(config: ModelConfig) -> None:
     if config.platform == TENSORRT_PLATFORM or config.backend == TENSORRT_BACKEND:
         config.platform, config.backend = TENSORRT_PLATFORM, TENSORRT_BACKEND
         return
+    if config.backend == PYTHON_BACKEND:
+        return  # Triton's python models name no platform
     config.platform = ONNX_PLATFORM
     config.backend = ONNX_BACKEND

@@ -1,0 +1,260 @@
+"""Triton python-backend models (``backend: "python"``, ``<version>/model.py``) through a real
+server and tritonclient: written here from Triton's documented API (the add_sub example's shape),
+each instance in a worker process of its own."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.conftest import ServerProcess, running_server
+
+ADD_SUB = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        output0_config = pb_utils.get_output_config_by_name(self.model_config, "OUTPUT0")
+        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
+        parameters = self.model_config.get("parameters", {})
+        self.delay = float(parameters.get("delay_s", {}).get("string_value", "0"))
+        self.marker = parameters.get("finalize_marker", {}).get("string_value", "")
+        self.batches = 0
+
+    def execute(self, requests):
+        time.sleep(self.delay)
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            if float(in_0.flat[0]) == 13:
+                error = pb_utils.TritonError("13 is not a number this model adds")
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+                continue
+            if float(in_0.flat[0]) == 66:
+                raise pb_utils.TritonModelException("66 breaks the whole batch")
+            out_0 = pb_utils.Tensor("OUTPUT0", (in_0 + in_1).astype(self.output0_dtype))
+            out_1 = pb_utils.Tensor("OUTPUT1", (in_0 - in_1).astype(self.output0_dtype))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0, out_1]))
+        return responses
+
+    def finalize(self):
+        if self.marker:
+            with open(self.marker, "w") as marker:
+                marker.write("finalized")
+"""
+
+
+def write_add_sub(
+    model_dir: Path, *, batching: bool, delay_s: float = 0.0, marker: str = ""
+) -> None:
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(ADD_SUB)
+    dims = "[ 4 ]" if batching else "[ 1, 4 ]"
+
+    def tensors(kind: str) -> str:
+        name = kind.upper()
+        return (
+            f'{kind} [ {{ name: "{name}0" data_type: TYPE_FP32 dims: {dims} }}, '
+            f'{{ name: "{name}1" data_type: TYPE_FP32 dims: {dims} }} ]\n'
+        )
+
+    parameters = {"delay_s": str(delay_s), "finalize_marker": marker}
+    (model_dir / "config.pbtxt").write_text(
+        f'name: "{model_dir.name}"\nbackend: "python"\n'
+        f"max_batch_size: {8 if batching else 0}\n"
+        + tensors("input")
+        + tensors("output")
+        + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        + ("dynamic_batching { max_queue_delay_microseconds: 20000 }\n" if batching else "")
+        + "".join(
+            f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+            for key, value in parameters.items()
+            if value
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("python-backend")
+
+
+@pytest.fixture(scope="module")
+def server(root: Path) -> Iterator[ServerProcess]:
+    repository = root / "models"
+    write_add_sub(repository / "add_sub", batching=True, delay_s=0.05)
+    write_add_sub(repository / "add_sub_alone", batching=False)
+    write_add_sub(repository / "add_sub_slow", batching=False, delay_s=1.0)
+    write_add_sub(
+        repository / "add_sub_finalized", batching=False, marker=str(root / "finalized.txt")
+    )
+    names = ["add_sub", "add_sub_alone", "add_sub_slow", "add_sub_finalized"]
+    with running_server(
+        repository,
+        names,
+        root,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        # Every INTERNAL answer leaves an error record: the ones these tests cause on purpose.
+        expected_errors=lambda record: (
+            "python model worker died" in str(record.get("event"))
+            or any(
+                cause in str(record.get("reason", ""))
+                for cause in ("killed by signal SIGKILL", "13 is not a number", "66 breaks")
+            )
+        ),
+    ) as running:
+        yield running
+
+
+def add_sub(
+    client: grpcclient.InferenceServerClient, model: str, value: float
+) -> tuple[np.ndarray, np.ndarray]:
+    shape = [1, 4]
+    a = np.full(shape, value, dtype=np.float32)
+    b = np.arange(4, dtype=np.float32).reshape(shape)
+    inputs = [grpcclient.InferInput(f"INPUT{i}", shape, "FP32") for i in range(2)]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    result = client.infer(model, inputs)
+    return result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
+
+
+def worker_pids(model: str) -> list[int]:
+    """The pids of the workers whose command line names ``model``'s instances (what `ps` shows)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"inferd.python_backend.worker" in argv and f"{model}_0".encode() in argv:
+            found.append(int(entry))
+    return found
+
+
+def test_a_python_model_answers_batches_of_requests_as_lists(server: ServerProcess) -> None:
+    before = grpcclient.InferenceServerClient(server.url).get_inference_statistics("add_sub")
+    done_before = before.model_stats[0].execution_count
+
+    def call(value: int) -> tuple[int, np.ndarray, np.ndarray]:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            return (value, *add_sub(client, "add_sub", value))
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(call, [v for v in range(32) if v not in (13, 66)]))
+    b = np.arange(4, dtype=np.float32)
+    for value, out_0, out_1 in answers:
+        np.testing.assert_array_equal(out_0[0], value + b)
+        np.testing.assert_array_equal(out_1[0], value - b)
+    after = grpcclient.InferenceServerClient(server.url).get_inference_statistics("add_sub")
+    executions = after.model_stats[0].execution_count - done_before
+    assert 0 < executions < len(answers), executions  # execute(requests) got several at once
+
+
+def test_an_error_response_fails_only_its_request(server: ServerProcess) -> None:
+    def call(value: int) -> str:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            try:
+                add_sub(client, "add_sub", value)
+            except InferenceServerException as e:
+                return f"{e.status()} {e.message()}"
+            return "ok"
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, [13, *range(20, 36)]))
+    assert answers[0] == "StatusCode.INTERNAL 13 is not a number this model adds", answers[0]
+    assert answers[1:] == ["ok"] * 16
+
+
+def test_an_exception_in_execute_fails_its_batch_with_the_models_message(
+    server: ServerProcess,
+) -> None:
+    with grpcclient.InferenceServerClient(server.url) as client:
+        with pytest.raises(InferenceServerException, match="66 breaks the whole batch"):
+            add_sub(client, "add_sub_alone", 66)
+        out_0, _ = add_sub(client, "add_sub_alone", 5)  # the model still serves
+        np.testing.assert_array_equal(out_0[0], 5 + np.arange(4, dtype=np.float32))
+
+
+def test_a_worker_killed_mid_batch_fails_its_request_and_the_next_is_served(
+    server: ServerProcess,
+) -> None:
+    (pid,) = worker_pids("add_sub_slow")  # the command line names model, version and instance
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[3:7] == [b"--model", b"add_sub_slow", b"--version", b"1"], cmdline
+    failure: list[str] = []
+
+    def in_flight() -> None:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            try:
+                add_sub(client, "add_sub_slow", 1)
+                failure.append("answered")
+            except InferenceServerException as e:
+                failure.append(f"{e.status()} {e.message()}")
+
+    thread = threading.Thread(target=in_flight)
+    thread.start()
+    time.sleep(0.4)  # the request is in the model's 1 s execute
+    os.kill(pid, signal.SIGKILL)
+    thread.join(10)
+    assert failure and failure[0].startswith("StatusCode.INTERNAL python model 'add_sub_slow'"), (
+        failure
+    )
+    assert "killed by signal SIGKILL" in failure[0], failure
+    with grpcclient.InferenceServerClient(server.url) as client:
+        out_0, _ = add_sub(client, "add_sub_slow", 2)  # a fresh worker serves
+        np.testing.assert_array_equal(out_0[0], 2 + np.arange(4, dtype=np.float32))
+        assert client.is_server_live()
+    (restarted,) = worker_pids("add_sub_slow")
+    assert restarted != pid
+
+
+def test_unloading_a_python_model_runs_its_finalize(server: ServerProcess, root: Path) -> None:
+    marker = root / "finalized.txt"
+    with grpcclient.InferenceServerClient(server.url) as client:
+        add_sub(client, "add_sub_finalized", 1)
+        assert worker_pids("add_sub_finalized")
+        assert not marker.exists()
+        client.unload_model("add_sub_finalized")
+        deadline = time.monotonic() + 10
+        while worker_pids("add_sub_finalized") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not worker_pids("add_sub_finalized")  # the worker exited
+    assert marker.read_text() == "finalized"
+
+
+def test_a_worker_that_died_idle_is_restarted_before_the_next_request(
+    server: ServerProcess,
+) -> None:
+    (pid,) = worker_pids("add_sub_alone")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while pid in worker_pids("add_sub_alone") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with grpcclient.InferenceServerClient(server.url) as client:
+        out_0, _ = add_sub(client, "add_sub_alone", 3)  # no request is lost to the dead worker
+        np.testing.assert_array_equal(out_0[0], 3 + np.arange(4, dtype=np.float32))
+    (restarted,) = worker_pids("add_sub_alone")
+    assert restarted != pid
