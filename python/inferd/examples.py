@@ -3,6 +3,8 @@
 Writes a Triton-layout repository (`<root>/<model>/1/model.onnx` plus an
 optional `<root>/<model>/config.pbtxt`). Everything is built with
 `onnx.helper` from a fixed seed so the output is byte-for-byte reproducible.
+Besides the ONNX models: a python-backend model (`tokenize`, `1/model.py`)
+and an ensemble (`text_embedding`: tokenize -> embed).
 """
 
 from __future__ import annotations
@@ -218,6 +220,132 @@ def _write_mlp(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
     _save(model_dir, graph, config)
 
 
+TOKENS: Final = 16  # token ids per text: the first 16 UTF-8 bytes, padded with 0
+VOCABULARY: Final = 257  # id 0 is padding, byte b is id b + 1
+EMBEDDING_WIDTH: Final = 8
+
+# Written from Triton's python_backend README (the add_sub example's shape), so it reads as docs.
+TOKENIZE_MODEL_PY: Final = f"""\
+\"\"\"Byte-level tokenizer: each row's UTF-8 text -> its first {TOKENS} bytes as token ids
+(byte b -> id b + 1), padded with 0.\"\"\"
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+TOKENS = {TOKENS}
+
+
+def token_ids(text):
+    ids = np.zeros(TOKENS, dtype=np.int64)
+    codes = np.frombuffer(text[:TOKENS], dtype=np.uint8)
+    ids[: len(codes)] = codes.astype(np.int64) + 1
+    return ids
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        model_config = json.loads(args["model_config"])
+        output_config = pb_utils.get_output_config_by_name(model_config, "TOKEN_IDS")
+        self.output_dtype = pb_utils.triton_string_to_numpy(output_config["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            # TEXT is [rows, 1]: one string per row of the request.
+            texts = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            ids = np.stack([token_ids(text) for text in texts[:, 0]])
+            out = pb_utils.Tensor("TOKEN_IDS", ids.astype(self.output_dtype))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
+TOKENIZE_CONFIG: Final = f"""\
+name: "tokenize"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [ {{ name: "TOKEN_IDS" data_type: TYPE_INT64 dims: [ {TOKENS} ] }} ]
+# One worker process: each instance is one.
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{ }}
+"""
+
+TEXT_EMBEDDING_CONFIG: Final = f"""\
+name: "text_embedding"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [ {{ name: "EMBEDDING" data_type: TYPE_FP32 dims: [ {EMBEDDING_WIDTH} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "tokenize"
+      model_version: -1
+      input_map {{ key: "TEXT" value: "TEXT" }}
+      output_map {{ key: "TOKEN_IDS" value: "token_ids" }}
+    }},
+    {{
+      model_name: "embed"
+      model_version: -1
+      input_map {{ key: "TOKEN_IDS" value: "token_ids" }}
+      output_map {{ key: "EMBEDDING" value: "EMBEDDING" }}
+    }}
+  ]
+}}
+"""
+
+
+def _write_tokenize(model_dir: pathlib.Path) -> None:
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "1" / "model.py").write_text(TOKENIZE_MODEL_PY, encoding="utf-8")
+    (model_dir / "config.pbtxt").write_text(TOKENIZE_CONFIG, encoding="utf-8")
+
+
+def _write_embed(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
+    """TOKEN_IDS INT64 [batch, 16] -> EMBEDDING FP32 [batch, 8]: the mean of the table rows of
+    the non-padding ids (an embedding bag); all padding gives zeros."""
+    table = rng.standard_normal((VOCABULARY, EMBEDDING_WIDTH)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "TOKEN_IDS"], ["rows"], name="lookup"),
+        helper.make_node("Greater", ["TOKEN_IDS", "padding_id"], ["is_token"], name="is_token"),
+        helper.make_node("Cast", ["is_token"], ["mask"], to=TensorProto.FLOAT, name="mask"),
+        helper.make_node("Unsqueeze", ["mask", "last_axis"], ["mask3"], name="mask3"),
+        helper.make_node("Mul", ["rows", "mask3"], ["kept"], name="keep"),
+        helper.make_node("ReduceSum", ["kept", "token_axis"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("ReduceSum", ["mask", "token_axis"], ["count"], keepdims=1, name="count"),
+        helper.make_node("Max", ["count", "one"], ["divisor"], name="at_least_one"),
+        helper.make_node("Div", ["total", "divisor"], ["EMBEDDING"], name="mean"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "embed",
+        [_value_info("TOKEN_IDS", TensorProto.INT64, ["batch", TOKENS])],
+        [_value_info("EMBEDDING", TensorProto.FLOAT, ["batch", EMBEDDING_WIDTH])],
+        initializer=[
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(np.array(0, dtype=np.int64), "padding_id"),
+            numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "token_axis"),
+            numpy_helper.from_array(np.array(1, dtype=np.float32), "one"),
+        ],
+    )
+    config = format_config(
+        "embed",
+        8,
+        [TensorSpec("TOKEN_IDS", "TYPE_INT64", [TOKENS])],
+        [TensorSpec("EMBEDDING", "TYPE_FP32", [EMBEDDING_WIDTH])],
+    )
+    _save(model_dir, graph, config)
+
+
+def _write_text_embedding(model_dir: pathlib.Path) -> None:
+    # An ensemble's version folder is empty: the steps are the model.
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(TEXT_EMBEDDING_CONFIG, encoding="utf-8")
+
+
 def make_examples(root: pathlib.Path) -> list[str]:
     """Write the example repository under root; return the model names written."""
     root.mkdir(parents=True, exist_ok=True)
@@ -227,4 +355,15 @@ def make_examples(root: pathlib.Path) -> list[str]:
     write_identity_model(root / "identity_fp32", "FP32", with_config=False)
     _write_mlp(root / "mlp", rng)
     write_identity_model(root / "identity_bytes", "BYTES", max_batch_size=8)
-    return ["simple", "identity_fp32", "mlp", "identity_bytes"]
+    _write_tokenize(root / "tokenize")
+    _write_embed(root / "embed", rng)
+    _write_text_embedding(root / "text_embedding")
+    return [
+        "simple",
+        "identity_fp32",
+        "mlp",
+        "identity_bytes",
+        "tokenize",
+        "embed",
+        "text_embedding",
+    ]

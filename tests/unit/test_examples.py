@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
+import sys
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -12,8 +15,10 @@ import pytest
 from onnx import numpy_helper
 
 from inferd.examples import make_examples, write_identity_model
+from inferd.python_backend import pb_utils
 
-EXPECTED_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes"]
+ONNX_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes", "embed"]
+EXPECTED_MODELS = [*ONNX_MODELS[:4], "tokenize", "embed", "text_embedding"]
 
 # onnxruntime's type string per protocol datatype (as reported by NodeArg.type).
 ORT_TYPES: dict[str, str] = {
@@ -69,17 +74,20 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
 
 def test_layout(repo: pathlib.Path) -> None:
-    for name in EXPECTED_MODELS:
+    for name in ONNX_MODELS:
         model = onnx.load(_model_path(repo, name))
         assert model.ir_version == 9
         assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
     # identity_fp32 deliberately has no config; the server must complete it.
     with_config = {p.parent.name for p in repo.glob("*/config.pbtxt")}
-    assert with_config == {"simple", "mlp", "identity_bytes"}
+    assert with_config == set(EXPECTED_MODELS) - {"identity_fp32"}
     for name in with_config:
         text = (repo / name / "config.pbtxt").read_text()
         assert f'name: "{name}"' in text
-        assert 'platform: "onnxruntime_onnx"' in text
+        platform = {"tokenize": 'backend: "python"', "text_embedding": 'platform: "ensemble"'}
+        assert platform.get(name, 'platform: "onnxruntime_onnx"') in text
+    assert [p.name for p in (repo / "tokenize" / "1").iterdir()] == ["model.py"]
+    assert list((repo / "text_embedding" / "1").iterdir()) == []  # an ensemble's is empty
     assert "max_batch_size: 8\n" in (repo / "simple" / "config.pbtxt").read_text()
     assert "max_batch_size: 64\n" in (repo / "mlp" / "config.pbtxt").read_text()
     bytes_cfg = (repo / "identity_bytes" / "config.pbtxt").read_text()
@@ -145,9 +153,64 @@ def test_identity_bytes(repo: pathlib.Path) -> None:
 def test_reproducible(tmp_path: pathlib.Path) -> None:
     make_examples(tmp_path / "a")
     make_examples(tmp_path / "b")
-    for name in EXPECTED_MODELS:
-        first = _model_path(tmp_path / "a", name).read_bytes()
-        assert first == _model_path(tmp_path / "b", name).read_bytes(), name
+    written = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*"))
+    assert written == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*"))
+    for path in written:
+        if (tmp_path / "a" / path).is_file():
+            assert (tmp_path / "a" / path).read_bytes() == (tmp_path / "b" / path).read_bytes()
+
+
+def load_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The tokenize example's model.py imported as the worker imports it (with inferd's
+    triton_python_backend_utils under Triton's name)."""
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb_utils)
+    spec = importlib.util.spec_from_file_location("model", repo / "tokenize" / "1" / "model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = load_tokenize(repo, monkeypatch).TritonPythonModel()
+    config = (repo / "tokenize" / "config.pbtxt").read_text()
+    assert "max_batch_size: 8\n" in config and "count: 1 kind: KIND_CPU" in config
+    model.initialize(
+        {"model_config": '{"output": [{"name": "TOKEN_IDS", "data_type": "TYPE_INT64"}]}'}
+    )
+    texts = np.array([[b"hi"], ["é".encode()], [b""], [b"x" * 20]], dtype=object)
+    request = pb_utils.InferenceRequest(
+        model_name="tokenize",
+        inputs=[pb_utils.Tensor("TEXT", texts)],
+        requested_output_names=["TOKEN_IDS"],
+    )
+    (response,) = model.execute([request])
+    ids = pb_utils.get_output_tensor_by_name(response, "TOKEN_IDS").as_numpy()
+    expected = np.zeros((4, 16), dtype=np.int64)
+    expected[0, :2] = [ord("h") + 1, ord("i") + 1]
+    expected[1, :2] = [0xC3 + 1, 0xA9 + 1]  # UTF-8 bytes of é
+    expected[3, :] = ord("x") + 1  # cut at 16
+    assert ids.dtype == np.int64
+    np.testing.assert_array_equal(ids, expected)
+
+
+def test_embed(repo: pathlib.Path) -> None:
+    path = _model_path(repo, "embed")
+    sess = _session(path)
+    assert sess.get_inputs()[0].shape == ["batch", 16]
+    assert sess.get_outputs()[0].shape == ["batch", 8]
+    table = numpy_helper.to_array(
+        next(t for t in onnx.load(path).graph.initializer if t.name == "table")
+    )
+    assert table.shape == (257, 8)
+    ids = np.zeros((3, 16), dtype=np.int64)
+    ids[0, :3] = [5, 9, 5]
+    ids[2, :] = 256
+    (y,) = sess.run(None, {"TOKEN_IDS": ids})
+    assert y.dtype == np.float32
+    # The mean over the non-padding ids only; no ids at all give zeros.
+    expected = np.stack([table[[5, 9, 5]].mean(axis=0), np.zeros(8), table[256]])
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_rerun_overwrites(tmp_path: pathlib.Path) -> None:

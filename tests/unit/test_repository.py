@@ -34,7 +34,15 @@ def config_of(repo: Path, name: str, text: str | None = None, default_mbs: int =
 
 def test_layout_lists_models_and_versions(repo: Path) -> None:
     repository = ModelRepository(repo)
-    assert repository.model_names() == ["identity_bytes", "identity_fp32", "mlp", "simple"]
+    assert repository.model_names() == [
+        "embed",
+        "identity_bytes",
+        "identity_fp32",
+        "mlp",
+        "simple",
+        "text_embedding",
+        "tokenize",
+    ]
     (repo / "simple" / "3").mkdir()
     (repo / "simple" / "07").mkdir()  # leading zero: not a version, as in Triton
     (repo / "simple" / "latest").mkdir()
