@@ -277,9 +277,14 @@ def run_pa(
     out: Path,
 ) -> dict[str, Any]:
     attempt, stability = 0, None
+    # Without -x, perf_analyzer 2.41 takes a model's version from the statistics entry whose
+    # inference_stats.queue.count grew during the window; inferd's ensemble statistics keep
+    # that count at 0, so the ensemble's version is named (its composing models' still found).
+    version = ["-x", "1"] if model == ENSEMBLE else []
     while True:
         extra = [
             "--async",
+            *version,
             *([] if stability is None else ["--stability-percentage", str(stability)]),
         ]
         log = out / "logs" / f"pa-{model}-c{concurrency}-{attempt}.log"
@@ -512,7 +517,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable, help="Python with inferd installed")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
-    parser.add_argument("--concurrencies", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument(
+        "--concurrencies",
+        type=int,
+        nargs="*",
+        default=[1, 8, 32],
+        help="the Python client's (none: only perf_analyzer)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="measured, per row")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
     parser.add_argument("--max-batch-size", type=int, default=32)
