@@ -26,7 +26,7 @@ help:
 	@echo "make fuzz-live      hypothesis against a live server, FUZZ_LIVE_EXAMPLES (5000) examples per test"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
-	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~7 min)"
+	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~12 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -162,7 +162,7 @@ bench-shm: build
 
 # Issue 16: a 3-step chain served as an ensemble against the client calling the three models itself,
 # the same Python client for both, over TCP and the Unix socket at concurrency 1, 8, 32; perf_analyzer
-# on the ensemble and on its first step as context (~7 min).
+# on the ensemble and on its first step as context (~12 min on the shared 2 cores).
 .PHONY: bench-ensemble
 bench-ensemble: build
 	$(PY) benchmarks/ensemble.py --python $(PY)

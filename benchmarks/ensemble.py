@@ -30,8 +30,9 @@ seconds. Per inference = per chain: server CPU over squash's inference_count (ea
 squash once in either shape). A wrong answer or an error fails the row.
 
 Then, as context, perf_analyzer (``--concurrency-range C:C --measurement-interval MS --percentile
-99 --async``, over TCP) against ``chain`` and against ``add_one`` alone, at ``--pa-concurrencies``;
-a run whose windows do not settle is retried with each ``--retry-stability`` percentage.
+99 --async``, over TCP; ``-x 1`` for ``chain``, see run_pa) against ``chain`` and against
+``add_one`` alone, at ``--pa-concurrencies``; a run whose windows do not settle is retried with
+each ``--retry-stability`` percentage.
 
 Writes results.json and results.md (the tables, ensemble against client-chain, the commands) into
 ``--out`` (default benchmarks/out/ensemble-<timestamp>/, git-ignored), every log under logs/.
