@@ -97,7 +97,8 @@ void register_ensemble(py::module_& m) {
       .def("pending_requests", &EnsembleScheduler::running_requests, "Requests accepted and not yet answered.")
       .def(
           "statistics", [](const EnsembleScheduler& e) { return e.statistics().model; },
-          "The ensemble's own statistics in a model's shape: one execution per request, no queue or compute time.")
+          "The ensemble's own statistics in a model's shape: one execution per request, queue and compute "
+          "durations its steps' summed.")
       .def(
           "step_statistics", [](const EnsembleScheduler& e) { return e.statistics().steps; },
           "Per step, in the config's order: its requests' successes and failures, submission to answer.");

@@ -1,5 +1,6 @@
 #include "inferd/ensemble_scheduler.h"
 
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
@@ -9,6 +10,7 @@ namespace inferd {
 namespace {
 
 uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
+  if (to <= from) return 0;
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
@@ -184,7 +186,16 @@ void EnsembleScheduler::Shared::answer(const std::shared_ptr<EnsembleRun>& run,
     if (runs.empty()) drained.notify_all();
   }
   if (status.ok()) {
-    statistics.record_request(request->batch_size, ns_between(run->start, now));
+    // As Triton reports an ensemble: its queue and compute phases are its steps' summed.
+    std::array<uint64_t, 4> phases{};
+    for (const EnsembleStepTiming& step : steps) {
+      const RequestTiming& t = step.timing;
+      phases[0] += ns_between(t.enqueued, t.compute_start);
+      phases[1] += ns_between(t.compute_start, t.input_done);
+      phases[2] += ns_between(t.input_done, t.infer_done);
+      phases[3] += ns_between(t.infer_done, t.compute_end);
+    }
+    statistics.record_request(request->batch_size, ns_between(run->start, now), phases);
   } else {
     statistics.record_failures(1, ns_between(run->start, now));
   }

@@ -68,7 +68,7 @@ void ModelStatistics::record_failures(uint64_t count, uint64_t total_ns) {
   for (uint64_t i = 0; i < count; ++i) stats_.request_duration.add(total_ns / count);
 }
 
-void ModelStatistics::record_request(int64_t rows, uint64_t total_ns) {
+void ModelStatistics::record_request(int64_t rows, uint64_t total_ns, const std::array<uint64_t, 4>& phases) {
   const auto now_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
   std::lock_guard<std::mutex> lock(mutex_);
@@ -76,6 +76,10 @@ void ModelStatistics::record_request(int64_t rows, uint64_t total_ns) {
   stats_.inference_count += static_cast<uint64_t>(rows);
   stats_.execution_count += 1;
   stats_.success.add(1, total_ns);
+  stats_.queue.add(1, phases[0]);
+  stats_.compute_input.add(1, phases[1]);
+  stats_.compute_infer.add(1, phases[2]);
+  stats_.compute_output.add(1, phases[3]);
   stats_.request_duration.add(total_ns);
 }
 

@@ -211,6 +211,14 @@ TEST(EnsembleScheduler, AChainOfThreeAnswersWhatTheModelsComputeInTurn) {
   EXPECT_EQ(stats.model.execution_count, static_cast<uint64_t>(kRequests));
   EXPECT_EQ(stats.model.inference_count, static_cast<uint64_t>(kRequests));
   EXPECT_GT(stats.model.last_inference_ms, 0u);
+  // Its queue and compute phases are its steps' summed, one count per request (perf_analyzer finds
+  // a model's version by the queue count growing).
+  EXPECT_EQ(stats.model.queue.count, static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.model.compute_infer.count, static_cast<uint64_t>(kRequests));
+  EXPECT_GT(stats.model.queue.ns + stats.model.compute_infer.ns, 0u);
+  EXPECT_LE(stats.model.queue.ns + stats.model.compute_input.ns + stats.model.compute_infer.ns +
+                stats.model.compute_output.ns,
+            stats.model.success.ns);
   ASSERT_EQ(stats.steps.size(), 3u);
   for (const EnsembleStepStatistics& step : stats.steps) {
     EXPECT_EQ(step.success.count, static_cast<uint64_t>(kRequests));

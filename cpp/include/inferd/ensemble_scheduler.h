@@ -71,8 +71,8 @@ struct EnsembleStepStatistics {
 
 // What EnsembleScheduler::statistics() reports: the ensemble's own counts and durations, from
 // submit() to the answer, in a model's shape as Triton reports an ensemble (one execution per
-// request, rows as inferences, no queue or compute time of its own: the composing models count
-// their steps in their own statistics); and per step.
+// request, rows as inferences, queue and compute durations its successful steps' summed; the
+// composing models count their steps in their own statistics too); and per step.
 struct EnsembleStatisticsSnapshot {
   uint64_t requests = 0;                      // accepted by submit()
   StatisticsSnapshot model;                   // success: answered with every output; fail: with an error

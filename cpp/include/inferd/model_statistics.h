@@ -61,8 +61,9 @@ class ModelStatistics {
   // Records `count` requests that failed after `total_ns` in the core (queued or computing).
   void record_failures(uint64_t count, uint64_t total_ns);
   // Records one request of `rows` answered after `total_ns` that rode no batch of this model's
-  // own (an ensemble's): one execution, as Triton counts an ensemble's; no queue or compute time.
-  void record_request(int64_t rows, uint64_t total_ns);
+  // own (an ensemble's): one execution, as Triton counts an ensemble's, its queue and compute
+  // phases the sums of its steps' (`phases`: queue, compute input, infer, output, in ns).
+  void record_request(int64_t rows, uint64_t total_ns, const std::array<uint64_t, 4>& phases);
   StatisticsSnapshot snapshot() const;
 
  private:

@@ -128,7 +128,7 @@ class EnsembleScheduler:
 
     def statistics(self) -> _core.StatisticsSnapshot:
         """The ensemble's own statistics in a model's shape, as Triton reports an ensemble: one
-        execution per request, rows as inferences, no queue or compute time of its own."""
+        execution per request, rows as inferences, queue and compute durations its steps' summed."""
         return self._core.statistics()
 
     def step_statistics(self) -> list[_core.EnsembleStepStatistics]:
