@@ -27,6 +27,7 @@ help:
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
 	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~12 min)"
+	@echo "make bench-python   benchmarks/python_backend.py: an identity python model vs the same as ONNX, and IPC per batch (~6 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -166,6 +167,13 @@ bench-shm: build
 .PHONY: bench-ensemble
 bench-ensemble: build
 	$(PY) benchmarks/ensemble.py --python $(PY)
+
+# Issue 17: an identity python-backend model against the same identity as ONNX, perf_analyzer at
+# concurrency 1, 16, 64 (server CPU per inference counts the python worker process too), then the
+# worker's IPC round trip per batch against a bare socket ping-pong (~6 min).
+.PHONY: bench-python
+bench-python: build
+	$(PY) benchmarks/python_backend.py --python $(PY)
 
 # The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
 # gpu-carry downloads (here) the CPython 3.12 wheels it lacks, copies GoogleTest's sources and
