@@ -27,7 +27,7 @@ help:
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
 	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~12 min)"
-	@echo "make bench-python   benchmarks/python_backend.py: an identity python model vs the same as ONNX, and IPC per batch (~6 min)"
+	@echo "make bench-python   benchmarks/python_backend.py: an identity python model vs the same as ONNX, and IPC per batch (8-15 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -170,7 +170,7 @@ bench-ensemble: build
 
 # Issue 17: an identity python-backend model against the same identity as ONNX, perf_analyzer at
 # concurrency 1, 16, 64 (server CPU per inference counts the python worker process too), then the
-# worker's IPC round trip per batch against a bare socket ping-pong (~6 min).
+# worker's IPC round trip per batch against a bare socket ping-pong (8-15 min: 7.6 with -r6).
 .PHONY: bench-python
 bench-python: build
 	$(PY) benchmarks/python_backend.py --python $(PY)
