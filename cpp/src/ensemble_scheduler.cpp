@@ -14,12 +14,13 @@ uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
 
-// Step requests share composing schedulers with direct traffic, whose tokens count up from 1: the
-// high bit keeps the two apart, and one process-wide counter keeps ensembles apart, so that
+// Step requests share composing schedulers with direct traffic, whose tokens never set bit 62
+// (Python's count up from 1, the gRPC transport's set bit 63 only): the two top bits keep steps
+// apart from both, and one process-wide counter keeps ensembles apart, so that
 // Scheduler::cancel(step token) can only reach the step.
 uint64_t next_step_token() {
   static std::atomic<uint64_t> counter{0};
-  return (uint64_t{1} << 63) | counter.fetch_add(1, std::memory_order_relaxed);
+  return (uint64_t{3} << 62) | counter.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The definition with every tensor name turned into a slot of a run's tensor table: the

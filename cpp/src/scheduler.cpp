@@ -473,12 +473,29 @@ void Scheduler::complete(Completion&& completion, uint64_t sequence) {
     return;
   }
   // Hold answers that overtook an earlier request; release every one that is now next in line.
-  std::lock_guard<std::mutex> lock(order_mutex_);
-  held_.emplace(sequence, std::move(completion));
-  while (!held_.empty() && held_.begin()->first == next_to_complete_) {
-    deliver(std::move(held_.begin()->second));
-    held_.erase(held_.begin());
-    ++next_to_complete_;
+  // One thread at a time delivers, in sequence order, without the lock held: a sink may re-enter
+  // (cancel another request of this scheduler, whose answer comes back here).
+  {
+    std::lock_guard<std::mutex> lock(order_mutex_);
+    held_.emplace(sequence, std::move(completion));
+    if (delivering_) return;  // the delivering thread takes this one too once it is next
+    delivering_ = true;
+  }
+  while (true) {
+    std::vector<Completion> ready;
+    {
+      std::lock_guard<std::mutex> lock(order_mutex_);
+      while (!held_.empty() && held_.begin()->first == next_to_complete_) {
+        ready.push_back(std::move(held_.begin()->second));
+        held_.erase(held_.begin());
+        ++next_to_complete_;
+      }
+      if (ready.empty()) {
+        delivering_ = false;
+        return;
+      }
+    }
+    for (Completion& next : ready) deliver(std::move(next));
   }
 }
 

@@ -405,6 +405,59 @@ TEST(Scheduler, AWholeBatchFailureOfAnExecutorAnsweringEachRequestFailsEveryRequ
   EXPECT_EQ(total, static_cast<size_t>(kRequests));  // not re-run in halves
 }
 
+// A sink that, on its request's answer, cancels another request of the same scheduler (what an
+// ensemble does with a failed run's other steps), and records every answer.
+class CancellingSink : public CompletionSink {
+ public:
+  CancellingSink(Scheduler** scheduler, uint64_t victim, std::mutex* mutex, std::map<uint64_t, Completion>* done)
+      : scheduler_(scheduler), victim_(victim), mutex_(mutex), done_(done) {}
+  void complete(Completion&& completion) override {
+    const uint64_t token = completion.token;
+    if (victim_ != 0) (*scheduler_)->cancel(victim_);
+    std::lock_guard<std::mutex> lock(*mutex_);
+    done_->emplace(token, std::move(completion));
+  }
+
+ private:
+  Scheduler** scheduler_;
+  uint64_t victim_;
+  std::mutex* mutex_;
+  std::map<uint64_t, Completion>* done_;
+};
+
+TEST(Scheduler, ASinkMayCancelAnotherRequestWhilePreservingOrder) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<int64_t> rows;
+  std::mutex rows_mutex;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<RecordingExecutor>(&rows, &rows_mutex, std::chrono::milliseconds(50), false));
+  SchedulerOptions o = options("ordered", 1, /*dynamic=*/true);
+  o.batching.preserve_ordering = true;
+  Scheduler scheduler(o, std::move(instances), queue, test_pool());
+  Scheduler* self = &scheduler;
+  std::mutex mutex;
+  std::map<uint64_t, Completion> done;
+  // Request 1 computes; 2 waits in the queue; 1's answer cancels 2 from inside the delivery.
+  auto first = int_request(1, 1);
+  first->sink = std::make_shared<CancellingSink>(&self, 2, &mutex, &done);
+  auto second = int_request(2, 2);
+  second->sink = std::make_shared<CancellingSink>(&self, 0, &mutex, &done);
+  ASSERT_TRUE(scheduler.submit(std::move(first)).ok());
+  ASSERT_TRUE(scheduler.submit(std::move(second)).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (done.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  ASSERT_EQ(done.size(), 2u) << "a sink re-entering the scheduler deadlocked its delivery";
+  EXPECT_TRUE(done.at(1).status.ok()) << done.at(1).status.message;
+  EXPECT_EQ(done.at(2).status.code, StatusCode::kCancelled);
+}
+
 TEST(Scheduler, EachAnswerCarriesItsTimelineAndTheBatchItRodeIn) {
   auto queue = std::make_shared<CompletionQueue>();
   std::vector<int64_t> rows;

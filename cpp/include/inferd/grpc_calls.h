@@ -50,6 +50,7 @@ struct TransportContext {
                                                 const ParsedInferRequest& request) const;
 
   // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
+  // Bit 63 set, bit 62 never (ensemble steps' tokens set both: see ensemble_scheduler.cpp).
   uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
 
  private:

@@ -123,6 +123,10 @@ class Scheduler final : public RequestScheduler {
   std::mutex order_mutex_;               // with preserve_ordering only
   uint64_t next_to_complete_ = 0;        // guarded by order_mutex_
   std::map<uint64_t, Completion> held_;  // guarded by order_mutex_: done, waiting for earlier ones
+  // Guarded by order_mutex_: a thread is delivering released answers (outside the lock, since a
+  // sink may call back into this scheduler: an ensemble cancelling its other steps); others
+  // only add theirs to `held_` and leave them to it.
+  bool delivering_ = false;
 
   std::mutex shutdown_mutex_;         // serializes shutdown() callers
   std::vector<std::thread> workers_;  // guarded by shutdown_mutex_ after construction; + the expiry thread
