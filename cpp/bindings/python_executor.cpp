@@ -93,19 +93,26 @@ Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& 
     results->clear();
     for (py::handle answer : answers) {
       RequestResult result;
-      if (PyExceptionInstance_Check(answer.ptr())) {
-        result.status = status_of(answer);
-      } else {
-        py::list arrays(py::reinterpret_borrow<py::object>(answer));
-        if (arrays.size() != output_types_.size()) {
-          result.status = Status::Error(StatusCode::kInternal, "executor returned " + std::to_string(arrays.size()) +
-                                                                   " outputs, the model has " +
-                                                                   std::to_string(output_types_.size()));
+      // One request's malformed answer fails that request alone.
+      try {
+        if (PyExceptionInstance_Check(answer.ptr())) {
+          result.status = status_of(answer);
         } else {
-          for (size_t i = 0; i < output_types_.size(); ++i) {
-            result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
+          py::list arrays(py::reinterpret_borrow<py::object>(answer));
+          if (arrays.size() != output_types_.size()) {
+            result.status = Status::Error(StatusCode::kInternal, "executor returned " + std::to_string(arrays.size()) +
+                                                                     " outputs, the model has " +
+                                                                     std::to_string(output_types_.size()));
+          } else {
+            for (size_t i = 0; i < output_types_.size(); ++i) {
+              result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
+            }
           }
         }
+      } catch (py::error_already_set& error) {
+        result = RequestResult{status_from_exception(error), {}};
+      } catch (const std::exception& error) {
+        result = RequestResult{Status::Error(StatusCode::kInternal, error.what()), {}};
       }
       results->push_back(std::move(result));
     }

@@ -188,7 +188,7 @@ def test_an_error_response_fails_only_its_request(server: ServerProcess) -> None
     assert answers[1:] == ["ok"] * 16
 
 
-def test_an_exception_in_execute_fails_its_batch_with_the_models_message(
+def test_an_exception_in_execute_fails_with_the_models_message_and_the_model_serves_on(
     server: ServerProcess,
 ) -> None:
     with grpcclient.InferenceServerClient(server.url) as client:

@@ -345,7 +345,8 @@ async def test_every_batching_setting_reaches_the_core() -> None:
 
 class PerRequestDoubler:
     """Answers each request of a batch on its own, as a python-backend model does: doubles it,
-    or fails it alone (an exception object as its answer) when its first value is 13."""
+    or fails it alone: an exception object as its answer when its first value is 13, an answer
+    that is no array when it is 7."""
 
     def __init__(self) -> None:
         self.batches: list[int] = []
@@ -356,10 +357,16 @@ class PerRequestDoubler:
     def execute_requests(self, requests: list[list[np.ndarray]]) -> list[Any]:
         self.batches.append(len(requests))
         time.sleep(0.01)  # later requests queue meanwhile
-        return [
-            InvalidArgument("13 is refused") if int(inputs[0].flat[0]) == 13 else [inputs[0] * 2]
-            for inputs in requests
-        ]
+        answers: list[Any] = []
+        for inputs in requests:
+            value = int(inputs[0].flat[0])
+            if value == 13:
+                answers.append(InvalidArgument("13 is refused"))
+            elif value == 7:
+                answers.append([object()])  # not an array: a malformed answer for this one only
+            else:
+                answers.append([inputs[0] * 2])
+        return answers
 
     def close(self) -> None:
         pass
@@ -379,11 +386,14 @@ async def test_an_executor_answering_each_request_gets_requests_and_fails_one_al
         if i == 13:
             assert isinstance(result, InvalidArgument) and "13 is refused" in str(result)
             continue
+        if i == 7:
+            assert isinstance(result, BaseException) and not isinstance(result, InvalidArgument)
+            continue
         assert not isinstance(result, BaseException), result
         ((_, shape, array),) = result.outputs
         assert tuple(shape) == value.shape
         np.testing.assert_array_equal(array, value * 2)
     assert sum(executor.batches) == 40 and len(executor.batches) < 40  # batched, never re-run
     stats = scheduler.statistics()
-    assert (stats.success.count, stats.fail.count) == (39, 1)
+    assert (stats.success.count, stats.fail.count) == (38, 2)
     await scheduler.close()

@@ -70,7 +70,11 @@ class PythonBackendExecutor:
                     model=self._spec.model_name,
                     instance=self._spec.instance_name,
                 )
-                self._process.restart()
+                try:
+                    self._process.restart()
+                except errors.ModelLoadError as failed:  # the server's failure, not the client's
+                    self._needs_restart = True
+                    raise errors.Internal(str(failed)) from failed
                 self._needs_restart = False
             try:
                 responses = self._process.execute(batch)

@@ -241,7 +241,14 @@ class ModelRegistry:
         present = set(self._repository.model_names()) if composing else set()
         for composed in composing:
             # One the repository lacks is left to the ensemble's load, which names its step.
-            if composed != name and composed not in self._models and composed in present:
+            # An ensemble composing another is refused by its own load (and two naming each
+            # other must not recurse here).
+            if (
+                composed != name
+                and composed not in self._models
+                and composed in present
+                and not self._builder.composing_models(composed)
+            ):
                 await self.load(composed)
         async with self._locks.setdefault(name, asyncio.Lock()):
             # A model joins the ones that should serve (strict readiness) once it loads: a

@@ -215,6 +215,9 @@ class PythonModelProcess:
         except WorkerDied as died:
             self._discard()
             raise WorkerStartFailed(f"{died} before initialize finished") from died
+        except OSError as error:  # the socket broke before initialize was sent or answered
+            self._kill_and_discard()
+            raise WorkerStartFailed(f"{self._spec.describe()}: {error}") from error
         except TimeoutError:
             self._kill_and_discard()
             raise WorkerStartFailed(
