@@ -141,8 +141,15 @@ class PythonModelProcess:
     @property
     def running(self) -> bool:
         """Whether a started worker is still alive (one that died idle is found here, before a
-        batch is handed to it)."""
-        return self._process is not None and self._process.poll() is None
+        batch is handed to it). Asks the kernel too: ``poll()`` answers None while another
+        thread holds Popen's wait lock, even for a worker that is already a zombie."""
+        if self._process is None or self._process.poll() is not None:
+            return False
+        try:
+            stat = Path(f"/proc/{self._process.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
     def _python(self) -> str:
         env = self._spec.execution_env
