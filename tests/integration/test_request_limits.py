@@ -27,7 +27,9 @@ LARGE = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length
 # Each large call gets its own connection, as another client would: what is measured is the
 # server, not HTTP/2 flow control on a shared connection.
 UNIQUE = [("grpc.use_local_subchannel_pool", 1)]
-HEALTH_BOUND_S = 0.100
+# Under AddressSanitizer a third CI run saw 1 % of Checks between 0.17 and 0.34 s: there the 99 %
+# bound is 0.5 s. The plain run, which is the measurement the issue asks for, keeps 100 ms.
+HEALTH_BOUND_S = 0.500 if UNDER_ASAN else 0.100
 # On a shared, loaded machine (these tests run on 2 cores beside other builds) the scheduler alone
 # can delay a Check past 100 ms now and then: all but the slowest 1 % must make 100 ms, every one
 # 500 ms. A stalled event loop (the defect: 7.8 s for 100 MB, 34 s for 400 MB) fails both.
