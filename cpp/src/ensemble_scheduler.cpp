@@ -9,11 +9,6 @@
 namespace inferd {
 namespace {
 
-uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
-  if (to <= from) return 0;
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
-}
-
 // Step requests share composing schedulers with direct traffic, whose tokens never set bit 62
 // (Python's count up from 1, the gRPC transport's set bit 63 only): the two top bits keep steps
 // apart from both, and one process-wide counter keeps ensembles apart, so that

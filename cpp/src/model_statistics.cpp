@@ -4,13 +4,6 @@
 #include <memory>
 
 namespace inferd {
-namespace {
-
-uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
-  return b > a ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count()) : 0;
-}
-
-}  // namespace
 
 void LatencyHistogram::add(uint64_t ns) {
   const uint64_t us = ns / 1000;

@@ -15,10 +15,6 @@
 namespace inferd {
 namespace {
 
-uint64_t ns_since(Clock::time_point t, Clock::time_point now) {
-  return now > t ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - t).count()) : 0;
-}
-
 // The most extra executions that isolating the culprits of a failed batch of `n` requests may
 // cost: enough for two culprits (2*ceil(log2 n) each), never more than the whole bisection tree.
 size_t isolation_budget(size_t n) {
@@ -448,7 +444,7 @@ void Scheduler::isolate_failures(Executor* executor, uint32_t instance, RequestB
 }
 
 void Scheduler::fail(std::unique_ptr<InferenceRequest> request, const Status& status) {
-  statistics_.record_failures(1, ns_since(request->enqueue_time, Clock::now()));
+  statistics_.record_failures(1, ns_between(request->enqueue_time, Clock::now()));
   Completion completion;
   completion.token = request->token;
   completion.status = status;

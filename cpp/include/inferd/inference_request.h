@@ -13,6 +13,12 @@
 namespace inferd {
 
 using Clock = std::chrono::steady_clock;
+
+// The ns from `from` to `to`; 0 when `to` is not later (a time not reached is time_point{}).
+inline uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
+  if (to <= from) return 0;
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
+}
 struct ModelSignature;
 struct Completion;
 

@@ -122,6 +122,13 @@ class ModelVersionBuilder:
             return []
         return list(dict.fromkeys(s.model_name for s in stated.ensemble_scheduling.step))
 
+    def composing_in_repository(self, name: str, override: ModelConfig | None = None) -> list[str]:
+        """The models an ensemble composes that the repository has, which load before it (one
+        it lacks is left to the ensemble's own load, which names its step)."""
+        composing = self.composing_models(name, override)
+        present = set(self._repository.model_names()) if composing else set()
+        return [m for m in composing if m in present and m != name]
+
     def build(
         self,
         name: str,

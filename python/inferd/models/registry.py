@@ -192,14 +192,9 @@ class ModelRegistry:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
         model that fails is recorded, not raised. Ensembles load after the models they compose."""
         chosen = self._repository.model_names() if names is None else names
-        # An ensemble named alone (--load-model) brings the models it composes, as Triton does;
-        # one the repository lacks is left to the ensemble's own load to name.
-        present = set(self._repository.model_names())
+        # An ensemble named alone (--load-model) brings the models it composes, as Triton does.
         composed = [
-            m
-            for n in chosen
-            for m in self._builder.composing_models(n)
-            if m not in chosen and m in present
+            m for n in chosen for m in self._builder.composing_in_repository(n) if m not in chosen
         ]
         chosen = list(dict.fromkeys([*composed, *chosen]))
         ensembles = {n for n in chosen if self._builder.composing_models(n)}
@@ -237,18 +232,10 @@ class ModelRegistry:
             raise Unavailable("the server is shutting down")
         # An ensemble loads the models it composes first, as Triton does (those already served
         # stay as they are).
-        composing = self._builder.composing_models(name, override)
-        present = set(self._repository.model_names()) if composing else set()
-        for composed in composing:
-            # One the repository lacks is left to the ensemble's load, which names its step.
+        for composed in self._builder.composing_in_repository(name, override):
             # An ensemble composing another is refused by its own load (and two naming each
             # other must not recurse here).
-            if (
-                composed != name
-                and composed not in self._models
-                and composed in present
-                and not self._builder.composing_models(composed)
-            ):
+            if composed not in self._models and not self._builder.composing_models(composed):
                 await self.load(composed)
         async with self._locks.setdefault(name, asyncio.Lock()):
             # A model joins the ones that should serve (strict readiness) once it loads: a
