@@ -42,6 +42,7 @@ from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics,
 from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
+from inferd.python_backend.bls import DataPlaneModelCaller
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.shared_memory import SharedMemory
@@ -289,6 +290,9 @@ async def create_server(
     )
     if metrics is not None:
         registry.add_load_failure_listener(metrics.load_failed)
+    dataplane = DataPlane(registry)
+    # Python models call other models (BLS) through the data plane, as clients' requests go.
+    registry.enable_model_calls(DataPlaneModelCaller(dataplane, loop))
     # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
     try:
         mode = ControlMode(settings.model_control_mode)
@@ -321,7 +325,6 @@ async def create_server(
         metrics,
         create_tracer_provider(settings.trace_config, exporter=span_exporter),
     )
-    dataplane = DataPlane(registry)
     backend_socket = BackendSocket()
     if server.add_insecure_port(backend_socket.address) == 0:
         raise OSError(f"cannot bind the Python service to {backend_socket.address}")

@@ -13,6 +13,7 @@ from inferd.repository.ensemble import (
     EnsemblePlan,
     EnsembleStep,
     TensorBinding,
+    check_ensemble_config,
     plan_ensemble,
 )
 
@@ -581,3 +582,19 @@ def test_an_ensemble_batching_more_than_a_composing_model_is_refused(ensemble_mb
 def test_an_ensemble_without_steps_is_refused() -> None:
     message = refusal('name: "empty" platform: "ensemble" max_batch_size: 8')
     assert message == "ensemble 'empty': ensemble_scheduling has no step"
+
+
+def test_a_decoupled_composing_model_is_refused() -> None:
+    decoupled = unary("pre", "RAW", "PRE")
+    decoupled.model_transaction_policy.decoupled = True
+    message = refusal(
+        DIAMOND, lambda name: {1: decoupled} if name == "pre" else COMPOSING.get(name)
+    )
+    assert message.startswith("ensemble 'diamond' step[1] (model 'pre'): the model is decoupled")
+
+
+def test_a_decoupled_ensemble_is_refused() -> None:
+    ensemble = config(DIAMOND)
+    ensemble.model_transaction_policy.decoupled = True
+    with pytest.raises(ModelLoadError, match="decoupled ensembles are not served"):
+        check_ensemble_config("diamond", ensemble)

@@ -315,7 +315,6 @@ SIMPLE_IO = (
             "instance_group.host_policy",
         ),
         (SIMPLE_IO.replace("OPTIONAL", "allow_ragged_batch: true"), "input.allow_ragged_batch"),
-        ("model_transaction_policy { decoupled: true }", "model_transaction_policy"),
     ],
 )
 def test_a_config_field_inferd_does_not_honour_fails_the_load_with_its_name(
@@ -323,6 +322,11 @@ def test_a_config_field_inferd_does_not_honour_fails_the_load_with_its_name(
 ) -> None:
     with pytest.raises(ModelLoadError, match=rf"sets .*{re.escape(named)}.*does not support yet"):
         config_of(repo, "simple", extra)
+
+
+def test_a_decoupled_model_that_is_not_a_python_model_fails_the_load(repo: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"decoupled: true \} is served for python models"):
+        config_of(repo, "simple", "model_transaction_policy { decoupled: true }")
 
 
 @pytest.mark.parametrize(

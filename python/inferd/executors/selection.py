@@ -33,6 +33,7 @@ from inferd.executors.tensorrt import (
     engine_cache_path,
     optimization_profile,
 )
+from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import WorkerSpec
 from inferd.repository.config import EXECUTOR, PYTHON_BACKEND, TENSORRT_PLATFORM
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
@@ -56,8 +57,10 @@ def create_executors(
     ort_options: OnnxRuntimeOptions,
     host_pool: HostBufferPool,
     engine_cache_dir: Path,
+    model_caller: ModelCaller | None = None,
 ) -> list[Executor]:
-    """One executor per placement; on failure, the ones already made are closed."""
+    """One executor per placement; on failure, the ones already made are closed.
+    ``model_caller`` runs a python model's calls to other models (BLS)."""
     inputs = [t.name for t in config.input]
     outputs = [t.name for t in config.output]
     executors: list[Executor] = []
@@ -66,7 +69,10 @@ def create_executors(
             for index, placement in enumerate(placements):
                 executors.append(
                     PythonBackendExecutor(
-                        python_worker_spec(config, model_file, placement, index), inputs, outputs
+                        python_worker_spec(config, model_file, placement, index),
+                        inputs,
+                        outputs,
+                        model_caller=model_caller,
                     )
                 )
             return executors

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -43,6 +44,9 @@ from inferd.repository.config import ENSEMBLE_PLATFORM
 from inferd.repository.ensemble import EnsemblePlan, check_ensemble_config, plan_ensemble
 from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
+
+if TYPE_CHECKING:
+    from inferd.python_backend.bls import ModelCaller
 
 log = structlog.get_logger(__name__)
 
@@ -110,6 +114,9 @@ class ModelVersionBuilder:
         self._default_max_batch_size = default_max_batch_size
         self._ort_options = onnxruntime_options
         self._engine_cache_dir = engine_cache_dir or default_engine_cache_dir()
+        # Runs python models' calls to other models (BLS); set by the server once its data
+        # plane exists (None: such calls answer UNAVAILABLE).
+        self.model_caller: ModelCaller | None = None
 
     def composing_models(self, name: str, override: ModelConfig | None = None) -> list[str]:
         """The models an ensemble's steps run, as its config states them (none for a model
@@ -214,6 +221,7 @@ class ModelVersionBuilder:
             options,
             self._pool,
             self._engine_cache_dir,
+            self.model_caller,
         )
         try:
             # Before the version is ready: every instance runs the config's warm-up samples.

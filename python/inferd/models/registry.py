@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -30,6 +31,9 @@ from inferd.models.builder import LoadLimits, ModelVersionBuilder
 from inferd.models.loaded import LoadedModel
 from inferd.repository import ModelRepository, readiness_required, stated_readiness_required
 from inferd.repository.version_weights import version_weights
+
+if TYPE_CHECKING:
+    from inferd.python_backend.bls import ModelCaller
 
 log = structlog.get_logger(__name__)
 
@@ -130,6 +134,10 @@ class ModelRegistry:
         self._published: tuple[LoadedModel, ...] = ()
         self._listeners: list[Callable[[], None]] = []
         self._load_failure_listeners: list[Callable[[str], None]] = []
+
+    def enable_model_calls(self, caller: ModelCaller) -> None:
+        """Python models built from now on call other models (BLS) through ``caller``."""
+        self._builder.model_caller = caller
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """``listener`` is called (on the loop's thread) after every change of what serves."""

@@ -253,7 +253,7 @@ class Arena:
         if ref.offset + ref.nbytes > self.size:
             raise ValueError(f"tensor {ref.name!r} lies outside the arena")
         if ref.datatype == "BYTES":
-            return _deserialize_bytes(self._map[ref.offset : ref.offset + ref.nbytes], ref.shape)
+            return deserialize_bytes(self._map[ref.offset : ref.offset + ref.nbytes], ref.shape)
         dtype = DATATYPES[ref.datatype].numpy
         count = ref.nbytes // dtype.itemsize
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=ref.offset).reshape(
@@ -272,7 +272,8 @@ class Arena:
         return refs
 
 
-def _deserialize_bytes(data: bytes, shape: tuple[int, ...]) -> npt.NDArray[np.object_]:
+def deserialize_bytes(data: bytes, shape: tuple[int, ...]) -> npt.NDArray[np.object_]:
+    """The protocol's BYTES serialization as a numpy object array of ``bytes``."""
     elements: list[bytes] = []
     position = 0
     while position < len(data):
@@ -345,3 +346,35 @@ class ArenaReader:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+def place_once(
+    name: str, tensors: list[tuple[str, npt.NDArray[Any]]]
+) -> tuple[list[TensorRef], Arena | None]:
+    """Tensors in an arena of their own, for a message that is not part of the batch protocol
+    (a BLS call, its answer, a decoupled model's streamed response): several may be in flight at
+    once, so none can share the batch arenas. The caller sends the arena's descriptor and size
+    (``arena_size``) with the refs, then closes it (None: no tensors, no arena)."""
+    if not tensors:
+        return [], None
+    refs, arena = ArenaWriter(name).place(tensors)
+    return refs, arena
+
+
+def with_arena(message: Message, arena: Arena | None) -> tuple[Message, tuple[int, ...]]:
+    """``message`` carrying ``arena`` (from ``place_once``) and the descriptors to send it with."""
+    if arena is None:
+        return message, ()
+    return {**message, "arena_size": arena.size}, (arena.fd,)
+
+
+def copy_out(
+    message: Message, fds: list[int], refs: list[TensorRef]
+) -> dict[str, npt.NDArray[Any]]:
+    """The tensors a ``place_once`` message brought, copied out of its arena (then unmapped)."""
+    reader = ArenaReader()
+    try:
+        reader.adopt(message, fds)
+        return {ref.name: np.array(reader.view(ref), copy=True) for ref in refs}
+    finally:
+        reader.close()

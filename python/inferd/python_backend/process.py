@@ -8,10 +8,15 @@ and process waits, which release the GIL, so the front end keeps running.
 A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call in flight raise
 ``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
 brings up a fresh one with the same arguments.
+
+While a batch is in flight the worker may also send a decoupled model's streamed responses
+(handed to the caller's ``respond`` as they come) and BLS calls (handed to the ``ModelCaller``;
+their answers are sent back from whichever thread completes them, under a send lock).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -32,6 +38,7 @@ import structlog
 import inferd
 from inferd import errors
 from inferd.python_backend import ipc
+from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +88,12 @@ class WorkerSpec:
             "model_name": self.model_name,
         }
 
+    @property
+    def decoupled(self) -> bool:
+        """Whether the config says ``model_transaction_policy { decoupled: true }``."""
+        config = json.loads(self.model_config_json)
+        return bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+
     def describe(self) -> str:
         return (
             f"python model '{self.model_name}' version {self.model_version} "
@@ -118,15 +131,23 @@ def _exit_description(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+# A decoupled request's streamed response, as the worker sent it: request index, response.
+Respond = Callable[[int, PythonResponse], None]
+
+
 class PythonModelProcess:
     """One model instance's worker process and the channel to it.
 
     Invariants: at most one batch is in flight; the input arena is written only between
-    batches; ``_process`` and ``_channel`` are both set (a started worker) or both None.
+    batches; ``_process`` and ``_channel`` are both set (a started worker) or both None; every
+    send on the channel holds ``_send_lock`` (BLS answers are sent from other threads).
     """
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, model_caller: ModelCaller | None = None) -> None:
         self._spec = spec
+        self._decoupled = spec.decoupled
+        self._caller = model_caller
+        self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: ipc.Channel | None = None
@@ -217,7 +238,7 @@ class PythonModelProcess:
         self._inputs = ipc.ArenaWriter(f"inferd-inputs-{self._spec.instance_name}")
         self._outputs = ipc.ArenaReader()
         try:
-            self._channel.send({"type": "initialize", "args": self._spec.initialize_args()})
+            self._send({"type": "initialize", "args": self._spec.initialize_args()})
             message = self._receive(time.monotonic() + timeout_s)
         except WorkerDied as died:
             self._discard()
@@ -239,8 +260,12 @@ class PythonModelProcess:
             self._kill_and_discard()
             raise WorkerStartFailed(f"{self._spec.describe()}: unexpected {message.get('type')!r}")
 
-    def execute(self, requests: list[PythonRequest]) -> list[PythonResponse]:
+    def execute(
+        self, requests: list[PythonRequest], respond: Respond | None = None
+    ) -> list[PythonResponse | None]:
         """Runs one batch through the model's ``execute``: one response per request, in order.
+        A decoupled model's streamed responses go to ``respond`` (dropped without one) as they
+        come; its answers are each request's final one (None: the final flag alone).
 
         Raises ``WorkerDied`` when the worker ends before answering (its requests are lost;
         ``restart()`` serves again) and ``errors.Unavailable`` when no worker is running.
@@ -273,16 +298,62 @@ class PythonModelProcess:
             self._channel.socket.settimeout(None)  # _receive's liveness polls are for reads only
             try:
                 if replaced is None:
-                    self._channel.send(message)
+                    self._send(message)
                 else:
                     message["arena_size"] = replaced.size
-                    self._channel.send(message, (replaced.fd,))
+                    self._send(message, (replaced.fd,))
             except OSError:
                 pass  # the worker is gone: _receive names how it ended
+            if self._decoupled:
+                return self._decoupled_answers(len(requests), respond)
             reply = self._receive(None)
-            if reply.get("type") != "result" or len(reply["responses"]) != len(requests):
+            if reply.get("type") != "result" or len(reply.get("responses", ())) != len(requests):
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
             return [self._response(answer) for answer in reply["responses"]]
+
+    def _decoupled_answers(
+        self, count: int, respond: Respond | None
+    ) -> list[PythonResponse | None]:
+        """A decoupled batch's streamed responses, handed to ``respond`` as they come, until
+        execute has returned and every request has had its final flag. Returns each request's
+        final answer: a response, or None for the final flag alone."""
+        finals: dict[int, PythonResponse | None] = {}
+        executed = False
+        while not executed or len(finals) < count:
+            message, fds = self._receive_message(None)
+            kind = message.get("type")
+            if kind == "result":
+                for fd in fds:
+                    os.close(fd)
+                executed = True
+                if message.get("error") is not None:  # execute raised: it ends every open request
+                    failed = PythonResponse(error=str(message["error"]))
+                    for open_index in range(count):
+                        finals.setdefault(open_index, failed)
+                continue
+            index = message.get("index")
+            if kind != "response" or not isinstance(index, int) or not 0 <= index < count:
+                for fd in fds:
+                    os.close(fd)
+                raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
+            response = self._streamed(message, fds)
+            if index in finals:
+                continue  # the request already ended (execute failed first): nothing follows
+            if message.get("final"):
+                has_response = "outputs" in message or "error" in message
+                finals[index] = response if has_response else None
+            elif respond is not None:
+                respond(index, response)
+        return [finals[index] for index in range(count)]
+
+    def _streamed(self, message: ipc.Message, fds: list[int]) -> PythonResponse:
+        """A ``response`` message's response, its tensors copied out of their arena."""
+        if "error" in message:
+            for fd in fds:
+                os.close(fd)
+            return PythonResponse(error=str(message["error"]))
+        refs = [ipc.TensorRef.from_message(m) for m in message.get("outputs", ())]
+        return PythonResponse(outputs=ipc.copy_out(message, fds, refs))
 
     def _response(self, answer: ipc.Message) -> PythonResponse:
         if "error" in answer:
@@ -295,11 +366,22 @@ class PythonModelProcess:
         return PythonResponse(outputs=outputs)
 
     def _receive(self, deadline: float | None) -> ipc.Message:
-        """The worker's next message other than a log line (logged here).
+        """The worker's next message of the batch protocol (a new output arena adopted).
 
         Raises ``WorkerDied`` when the worker ends first and ``TimeoutError`` at ``deadline``.
         """
-        assert self._channel is not None and self._outputs is not None
+        message, fds = self._receive_message(deadline)
+        assert self._outputs is not None
+        self._outputs.adopt(message, fds)
+        return message
+
+    def _receive_message(self, deadline: float | None) -> tuple[ipc.Message, list[int]]:
+        """The worker's next message other than a log line (logged here) or a BLS call (handed
+        to the model caller), with its descriptors.
+
+        Raises ``WorkerDied`` when the worker ends first and ``TimeoutError`` at ``deadline``.
+        """
+        assert self._channel is not None
         while True:
             wait = _LIVENESS_POLL_S
             if deadline is not None:
@@ -320,8 +402,81 @@ class PythonModelProcess:
                 for fd in fds:
                     os.close(fd)
                 continue
-            self._outputs.adopt(message, fds)
-            return message
+            if message.get("type") == "bls":
+                self._call_model(message, fds)
+                continue
+            return message, fds
+
+    def _call_model(self, message: ipc.Message, fds: list[int]) -> None:
+        """Starts a BLS call; its answer goes to the worker when it completes (on another
+        thread), while this one goes on reading the worker's messages."""
+        call_id = message.get("id")
+        channel = self._channel
+        try:
+            refs = [ipc.TensorRef.from_message(m) for m in message.get("inputs", ())]
+            call = ModelCall(
+                model=str(message["model"]),
+                version=int(message.get("version", -1)),
+                inputs=ipc.copy_out(message, fds, refs),
+                requested_output_names=[str(n) for n in message.get("requested_output_names", ())],
+                request_id=str(message.get("request_id", "")),
+                parameters=str(message.get("parameters", "{}")),
+                timeout_us=int(message.get("timeout", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            self._answer_call(
+                channel, call_id, errors.InvalidArgument(f"a malformed call: {error}")
+            )
+            return
+        if self._caller is None:
+            reason = "model-to-model calls are not available in this server"
+            self._answer_call(channel, call_id, errors.Unavailable(reason))
+            return
+        if call.model == self._spec.model_name:
+            # Its batch would wait behind the one making the call: a deadlock.
+            reason = f"python model {call.model!r} cannot call itself"
+            self._answer_call(channel, call_id, errors.InvalidArgument(reason))
+            return
+        future = self._caller.submit(call)
+        future.add_done_callback(lambda done: self._answer_call(channel, call_id, done))
+
+    def _answer_call(
+        self,
+        channel: ipc.Channel | None,
+        call_id: object,
+        outcome: concurrent.futures.Future[ModelOutputs] | errors.InferdError,
+    ) -> None:
+        """A BLS call's outputs or failure to the worker that made it (unless it is gone)."""
+        answer: ipc.Message = {"type": "bls_result", "id": call_id}
+        arena: ipc.Arena | None = None
+        try:
+            if isinstance(outcome, errors.InferdError):
+                raise outcome
+            outputs = outcome.result()
+            refs, arena = ipc.place_once(
+                f"inferd-bls-answer-{self._spec.instance_name}", list(outputs.items())
+            )
+            answer["outputs"] = [ref.to_message() for ref in refs]
+        except errors.InferdError as error:
+            answer.update(error=str(error), code=error.code.name)
+        except Exception as error:  # the caller's own failure: the worker still gets an answer
+            log.exception("a model-to-model call failed", **self._identity())
+            answer.update(error=f"model-to-model call failed: {error}", code="INTERNAL")
+        framed, fds = ipc.with_arena(answer, arena)
+        try:
+            if channel is not None:
+                with self._send_lock:
+                    channel.send(framed, fds)
+        except OSError:
+            pass  # the worker is gone
+        finally:
+            if arena is not None:
+                arena.close()
+
+    def _send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
+        assert self._channel is not None
+        with self._send_lock:
+            self._channel.send(message, fds)
 
     def _log_record(self, message: ipc.Message) -> None:
         """A pb_utils.Logger record from model code, logged with the instance that made it."""
@@ -365,7 +520,7 @@ class PythonModelProcess:
         deadline = time.monotonic() + grace_s
         try:
             self._channel.socket.settimeout(max(grace_s, 0.001))
-            self._channel.send({"type": "stop"})
+            self._send({"type": "stop"})
             reply = self._receive(deadline)
             if reply.get("error"):
                 log.warning("finalize failed", error=reply["error"], **self._identity())

@@ -16,6 +16,18 @@ request of its batch with the exception's message; an ``InferenceResponse`` with
 only its own request; ``execute`` returning anything but one response per request fails the
 whole batch saying so.
 
+Decoupled models (``model_transaction_policy { decoupled: true }``): each request carries a
+response sender; every ``send`` goes to the parent at once as a ``response`` message (its tensors
+in a shared-memory arena of their own, since several may be in flight), the final flag included.
+``execute`` returns None; a batch is over for the parent once ``execute`` has returned and every
+request has sent its final flag (from ``execute`` or from a thread of the model's own).
+
+Model-to-model calls (BLS, ``InferenceRequest.exec``/``async_exec``): a ``bls`` message with the
+inputs in an arena of their own; the parent runs the request on the named model through the
+core's scheduler and answers ``bls_result``. A reader thread receives every message, so that
+calls made from execute (and several at once from ``async_exec``) get their answers while the
+main thread is inside model code.
+
 Logs: ``pb_utils.Logger`` records go to the parent as structured ``log`` messages (the parent
 logs them with the model, version and instance); ``print`` and anything else written to stdout or
 stderr goes to the server's stderr (the worker's stdout is pointed at its stderr, which it
@@ -29,7 +41,10 @@ import asyncio
 import contextlib
 import importlib.util
 import inspect
+import itertools
+import json
 import os
+import queue
 import signal
 import socket
 import sys
@@ -75,6 +90,94 @@ def _import_model(model_file: Path) -> ModuleType:
     return module
 
 
+# ErrorCode names (the server's) as TritonError codes, for a BLS call's failure.
+_TRITON_CODES = {
+    "NOT_FOUND": pb_utils.TritonError.NOT_FOUND,
+    "INVALID_ARGUMENT": pb_utils.TritonError.INVALID_ARG,
+    "UNAVAILABLE": pb_utils.TritonError.UNAVAILABLE,
+    "UNIMPLEMENTED": pb_utils.TritonError.UNSUPPORTED,
+    "ALREADY_EXISTS": pb_utils.TritonError.ALREADY_EXISTS,
+    "CANCELLED": pb_utils.TritonError.CANCELLED,
+}
+
+
+class _PendingCalls:
+    """BLS calls sent to the parent and not yet answered, by id. Thread-safe: model code may
+    call from several threads (``async_exec`` runs ``exec`` on a thread pool)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, queue.Queue[tuple[ipc.Message, list[int]]]] = {}
+        self._closed: str | None = None
+
+    def open(self) -> tuple[int, queue.Queue[tuple[ipc.Message, list[int]]]]:
+        with self._lock:
+            if self._closed is not None:
+                raise pb_utils.TritonModelException(self._closed)
+            call_id = next(self._ids)
+            slot: queue.Queue[tuple[ipc.Message, list[int]]] = queue.Queue(maxsize=1)
+            self._waiting[call_id] = slot
+            return call_id, slot
+
+    def answer(self, message: ipc.Message, fds: list[int]) -> None:
+        with self._lock:
+            slot = self._waiting.pop(int(message.get("id", 0)), None)
+        if slot is None:  # an answer nobody waits for: its arena goes
+            for fd in fds:
+                os.close(fd)
+            return
+        slot.put((message, fds))
+
+    def close(self, reason: str) -> None:
+        """Fails every waiting call and every later one with ``reason``."""
+        with self._lock:
+            self._closed = reason
+            waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot.put(({"error": reason}, []))
+
+
+class _ResponseSender:
+    """A decoupled request's ``InferenceResponseSender``: each ``send`` goes to the parent at
+    once; nothing may follow the final flag. Thread-safe (model code may send from threads)."""
+
+    def __init__(self, worker: ModelWorker, index: int, requested: list[str]) -> None:
+        self._worker = worker
+        self._index = index
+        self._requested = requested
+        self._lock = threading.Lock()
+        self._final = False
+
+    def send(self, response: pb_utils.InferenceResponse | None = None, flags: int = 0) -> None:
+        final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+            raise pb_utils.TritonModelException(
+                f"send takes an InferenceResponse or None, got {type(response).__name__}"
+            )
+        if response is None and not final:
+            raise pb_utils.TritonModelException(
+                "send needs a response, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            )
+        with self._lock:
+            if self._final:
+                raise pb_utils.TritonModelException(
+                    "this request's final flag was already sent: nothing can follow it"
+                )
+            self._worker.send_response(self._index, response, final, self._requested)
+            self._final = final
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def close(self) -> bool:
+        """Ends the request on the worker's side (its execute failed); whether it was open."""
+        with self._lock:
+            was_open = not self._final
+            self._final = True
+            return was_open
+
+
 class ModelWorker:
     """Serves one model instance over its control channel."""
 
@@ -86,6 +189,10 @@ class ModelWorker:
         self._outputs = ipc.ArenaWriter(f"inferd-outputs-{options.instance}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._model: Any = None
+        self._decoupled = False
+        # Messages for the main thread (execute, stop); None once the channel closed.
+        self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] = queue.Queue()
+        self._calls = _PendingCalls()
 
     def send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
         with self._send_lock:
@@ -101,6 +208,8 @@ class ModelWorker:
             os.close(fd)
         if message.get("type") != "initialize":
             raise ValueError(f"expected 'initialize' first, got {message.get('type')!r}")
+        # Before initialize, which may already call other models.
+        threading.Thread(target=self._read, name="inferd-worker-reader", daemon=True).start()
         if not self._initialize(dict(message["args"])):
             return 1
         try:
@@ -114,10 +223,26 @@ class ModelWorker:
             self.send({"type": "stopped", "error": error})
         return 0
 
+    def _read(self) -> None:
+        """The reader thread: BLS answers to their callers, everything else to the main thread."""
+        try:
+            while True:
+                message, fds = self._channel.receive()
+                if message.get("type") == "bls_result":
+                    self._calls.answer(message, fds)
+                else:
+                    self._inbox.put((message, fds))
+        except (ipc.ChannelClosed, OSError, ValueError):
+            self._calls.close("the server closed the worker's channel")
+            self._inbox.put(None)
+
     def _serve_batches(self) -> None:
         """Executes batches until the server says stop."""
         while True:
-            message, fds = self._channel.receive()
+            received = self._inbox.get()
+            if received is None:
+                raise ipc.ChannelClosed("the server closed the worker's channel")
+            message, fds = received
             kind = message.get("type")
             if kind == "stop":
                 return
@@ -129,7 +254,11 @@ class ModelWorker:
     def _initialize(self, args: dict[str, str]) -> bool:
         sys.modules["triton_python_backend_utils"] = pb_utils
         pb_utils.set_log_sink(self._log)
+        pb_utils.set_bls_executor(self._call_model)
         try:
+            self._decoupled = pb_utils.using_decoupled_model_transaction_policy(
+                json.loads(args["model_config"])
+            )
             module = _import_model(self._options.model_file)
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:
@@ -155,6 +284,9 @@ class ModelWorker:
 
     def _execute(self, wire_requests: list[ipc.Message]) -> None:
         requests = [self._request(r) for r in wire_requests]
+        if self._decoupled:
+            self._execute_decoupled(requests, wire_requests)
+            return
         try:
             responses = self._await(self._model.execute(requests))
             self._check_responses(responses, len(requests))
@@ -164,6 +296,108 @@ class ModelWorker:
             return
         assert isinstance(responses, list | tuple)
         self._reply(list(responses), wire_requests)
+
+    def _execute_decoupled(
+        self, requests: list[pb_utils.InferenceRequest], wire_requests: list[ipc.Message]
+    ) -> None:
+        """A decoupled model's batch: its responses go out through the senders as they are
+        sent; ``result`` says that execute returned (with its failure, which ends every request
+        still open)."""
+        senders = [
+            _ResponseSender(self, index, list(wire["requested_output_names"]))
+            for index, wire in enumerate(wire_requests)
+        ]
+        for request, sender in zip(requests, senders, strict=True):
+            request._attach_response_sender(sender)
+        try:
+            returned = self._await(self._model.execute(requests))
+            if returned is not None:
+                raise pb_utils.TritonModelException(
+                    "a decoupled model's execute must return None (its responses go through "
+                    f"each request's response sender), got {type(returned).__name__}"
+                )
+        except Exception as error:
+            traceback.print_exc()
+            for sender in senders:
+                sender.close()
+            self.send({"type": "result", "error": _describe(error)})
+            return
+        self.send({"type": "result"})
+
+    def send_response(
+        self,
+        index: int,
+        response: pb_utils.InferenceResponse | None,
+        final: bool,
+        requested: list[str],
+    ) -> None:
+        """One response of a decoupled request (None: the final flag alone) to the parent."""
+        message: ipc.Message = {"type": "response", "index": index, "final": final}
+        if response is None:
+            self.send(message)
+            return
+        if response.has_error():
+            error = response.error()
+            message["error"] = "" if error is None else str(error.message())
+            self.send(message)
+            return
+        try:
+            outputs = _outputs_of(response, requested)
+            refs, arena = ipc.place_once(f"inferd-response-{self._options.instance}", outputs)
+        except (TypeError, ValueError) as error:
+            raise pb_utils.TritonModelException(str(error)) from error
+        message["outputs"] = [ref.to_message() for ref in refs]
+        framed, fds = ipc.with_arena(message, arena)
+        try:
+            self.send(framed, fds)
+        finally:
+            if arena is not None:
+                arena.close()
+
+    def _call_model(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> pb_utils.InferenceResponse:
+        """A BLS call (``InferenceRequest.exec``): the parent runs it on the named model through
+        the core's scheduler. A failure of the call is the response's error, as in Triton."""
+        if decoupled:
+            raise pb_utils.TritonModelException(
+                "InferenceRequest.exec(decoupled=True) is not supported by inferd: BLS calls "
+                "models that answer once per request"
+            )
+        try:
+            tensors = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
+            refs, arena = ipc.place_once(f"inferd-bls-{self._options.instance}", tensors)
+        except (TypeError, ValueError) as error:
+            raise pb_utils.TritonModelException(str(error)) from error
+        call_id, answer = self._calls.open()
+        message: ipc.Message = {
+            "type": "bls",
+            "id": call_id,
+            "model": request.model_name(),
+            "version": request.model_version(),
+            "inputs": [ref.to_message() for ref in refs],
+            "requested_output_names": request.requested_output_names(),
+            "request_id": request.request_id(),
+            "parameters": request.parameters(),
+            "timeout": request.timeout(),
+        }
+        framed, fds = ipc.with_arena(message, arena)
+        try:
+            self.send(framed, fds)
+        finally:
+            if arena is not None:
+                arena.close()
+        reply, reply_fds = answer.get()
+        if "error" in reply:
+            for fd in reply_fds:
+                os.close(fd)
+            code = _TRITON_CODES.get(str(reply.get("code")), pb_utils.TritonError.INTERNAL)
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(reply["error"]), code))
+        output_refs = [ipc.TensorRef.from_message(m) for m in reply["outputs"]]
+        outputs = ipc.copy_out(reply, reply_fds, output_refs)
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(ref.name, outputs[ref.name]) for ref in output_refs]
+        )
 
     @staticmethod
     def _check_responses(responses: object, expected: int) -> None:

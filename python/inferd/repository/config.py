@@ -144,6 +144,11 @@ def load_model_config(
     config.name = name
     check_honoured(config)
     _check_platform(config)
+    if config.model_transaction_policy.decoupled and config.backend != PYTHON_BACKEND:
+        raise ModelLoadError(
+            f"model {name!r}: model_transaction_policy {{ decoupled: true }} is served for "
+            'python models (backend: "python") only'
+        )
     if config.platform == TENSORRT_PLATFORM or config.backend == PYTHON_BACKEND:
         _check_stated_io(config)
         complete_config(config, [], [], default_max_batch_size)

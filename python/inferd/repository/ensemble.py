@@ -52,6 +52,8 @@ def check_ensemble_config(name: str, config: ModelConfig) -> None:
             f"{where}: an ensemble sets no {', '.join(own)} of its own (its steps run and batch "
             "in their models' instances)"
         )
+    if config.model_transaction_policy.decoupled:
+        raise ModelLoadError(f"{where}: decoupled ensembles are not served by inferd")
     if not config.input or not config.output:
         raise ModelLoadError(f"{where}: an ensemble's config must list its inputs and outputs")
     tensors: list[model_config_pb2.ModelInput | model_config_pb2.ModelOutput] = [
@@ -185,6 +187,11 @@ def _resolve_step(
         raise ModelLoadError(
             f"{where}: model_version {step.model_version} is not served "
             f"(served: {served}; -1 is the latest)"
+        )
+    if versions[version].model_transaction_policy.decoupled:
+        raise ModelLoadError(
+            f"{where}: the model is decoupled (any number of responses per request); an "
+            "ensemble's steps answer once, so inferd does not serve it in an ensemble"
         )
     return _ResolvedStep(
         index,

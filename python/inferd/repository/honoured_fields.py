@@ -19,6 +19,7 @@ _SUPPORTED_TREES = frozenset(
         "input.reshape",
         "output.reshape",
         "optimization.execution_accelerators",
+        "model_transaction_policy",  # decoupled: python models only (config.py says so)
     }
 )
 _SUPPORTED_FIELDS = frozenset(
