@@ -1,5 +1,6 @@
 #include "python_executor.h"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -32,7 +33,25 @@ PythonExecutor::PythonExecutor(py::handle executor, std::vector<DataType> output
       stage_(py::hasattr(executor, "stage") ? hold_reference(executor.attr("stage")) : nullptr),
       execute_requests_(py::hasattr(executor, "execute_requests") ? hold_reference(executor.attr("execute_requests"))
                                                                   : nullptr),
+      decoupled_(py::hasattr(executor, "decoupled") && py::bool_(executor.attr("decoupled"))),
       output_types_(std::move(output_types)) {}
+
+RequestResult PythonExecutor::result_of(py::handle answer) const {
+  RequestResult result;
+  if (PyExceptionInstance_Check(answer.ptr())) {
+    result.status = status_of(answer);
+    return result;
+  }
+  py::list arrays(py::reinterpret_borrow<py::object>(answer));
+  if (arrays.size() != output_types_.size()) {
+    throw py::value_error("executor returned " + std::to_string(arrays.size()) + " outputs, the model has " +
+                          std::to_string(output_types_.size()));
+  }
+  for (size_t i = 0; i < output_types_.size(); ++i) {
+    result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
+  }
+  return result;
+}
 
 Status PythonExecutor::stage(const std::vector<Tensor>& inputs) {
   py::gil_scoped_acquire gil;
@@ -74,9 +93,30 @@ Status PythonExecutor::execute(const std::vector<Tensor>& inputs, std::vector<Te
   }
 }
 
+namespace {
+
+// What a decoupled executor's `respond` reaches: the batch's stream while execute_requests runs,
+// null after (a `respond` kept by Python past the call then raises instead of reaching freed state).
+// `respond` runs with the GIL held throughout (also when Python calls it from another thread), so
+// the GIL orders it with the closing below: it never reaches a stream whose batch is done.
+struct StreamHandle {
+  ResponseStream* stream;
+  size_t requests;
+};
+
+// Closes the handle when execute_requests returns, whichever way.
+struct CloseOnReturn {
+  StreamHandle* handle;
+  ~CloseOnReturn() { handle->stream = nullptr; }
+};
+
+}  // namespace
+
 Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& requests,
-                                        std::vector<RequestResult>* results) {
+                                        std::vector<RequestResult>* results, ResponseStream* responses) {
   py::gil_scoped_acquire gil;
+  auto handle = std::make_shared<StreamHandle>(StreamHandle{responses, requests.size()});
+  const CloseOnReturn close{handle.get()};
   try {
     py::list batch;
     for (const auto& inputs : requests) {
@@ -85,7 +125,23 @@ Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& 
       batch.append(arrays);
     }
     py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));
-    py::list answers(method(batch));
+    py::object returned;
+    if (decoupled_) {
+      py::cpp_function respond(
+          [this, handle](size_t index, py::handle answer) {
+            if (handle->stream == nullptr) throw std::runtime_error("respond() called after execute_requests returned");
+            if (index >= handle->requests) {
+              throw py::index_error("respond(): request " + std::to_string(index) + " of a batch of " +
+                                    std::to_string(handle->requests));
+            }
+            handle->stream->respond(index, result_of(answer));
+          },
+          py::arg("index"), py::arg("answer"));
+      returned = method(batch, respond);
+    } else {
+      returned = method(batch);
+    }
+    py::list answers(returned);
     if (answers.size() != requests.size()) {
       return Status::Error(StatusCode::kInternal, "executor answered " + std::to_string(answers.size()) +
                                                       " requests of " + std::to_string(requests.size()));
@@ -95,19 +151,10 @@ Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& 
       RequestResult result;
       // One request's malformed answer fails that request alone.
       try {
-        if (PyExceptionInstance_Check(answer.ptr())) {
-          result.status = status_of(answer);
+        if (decoupled_ && answer.is_none()) {
+          result.respond = false;  // the final flag alone
         } else {
-          py::list arrays(py::reinterpret_borrow<py::object>(answer));
-          if (arrays.size() != output_types_.size()) {
-            result.status = Status::Error(StatusCode::kInternal, "executor returned " + std::to_string(arrays.size()) +
-                                                                     " outputs, the model has " +
-                                                                     std::to_string(output_types_.size()));
-          } else {
-            for (size_t i = 0; i < output_types_.size(); ++i) {
-              result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
-            }
-          }
+          result = result_of(answer);
         }
       } catch (py::error_already_set& error) {
         result = RequestResult{status_from_exception(error), {}};

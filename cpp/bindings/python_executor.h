@@ -20,6 +20,13 @@ namespace py = pybind11;
 // `execute_requests(list[list[ndarray]]) -> list[list[ndarray] | BaseException]` answers each
 // request on its own (Executor::answers_each_request): per request its outputs in model order, or
 // the exception that fails it alone (its integer `code` attribute, as above).
+//
+// One whose `decoupled` attribute is true (read once, here) is decoupled (Executor::decoupled): the
+// core calls `execute_requests(batch, respond)`, where `respond(index: int, answer)` sends request
+// `index` one more response before its final one (answer: list[ndarray] in model output order, or a
+// BaseException for an error response; a malformed one raises TypeError or ValueError, an index
+// outside the batch IndexError, a call once execute_requests has returned RuntimeError); the list
+// returned holds each request's final answer, as above, or None for the final flag alone.
 class PythonExecutor : public Executor {
  public:
   // Requires the GIL. `output_types` is the model's output datatypes, in output order.
@@ -29,14 +36,19 @@ class PythonExecutor : public Executor {
   bool pipelined() const override { return stage_ != nullptr; }
   Status stage(const std::vector<Tensor>& inputs) override;
   bool answers_each_request() const override { return execute_requests_ != nullptr; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
-                          std::vector<RequestResult>* results) override;
+  bool decoupled() const override { return decoupled_; }
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override;
 
  private:
   std::shared_ptr<const void> execute_;           // the bound method, released under the GIL
   std::shared_ptr<const void> stage_;             // null when the executor has no stage()
   std::shared_ptr<const void> execute_requests_;  // null when the executor has no execute_requests()
+  bool decoupled_ = false;
   std::vector<DataType> output_types_;
+
+  // One answer (outputs or an exception) as a result; throws for a malformed one. Requires the GIL.
+  RequestResult result_of(py::handle answer) const;
 };
 
 }  // namespace inferd::python

@@ -115,7 +115,8 @@ void register_statistics(py::module_& m) {
                        const Duration& success, const Duration& fail, const Duration& queue,
                        const Duration& compute_input, const Duration& compute_infer, const Duration& compute_output,
                        std::map<uint64_t, BatchDurations> batches, const LatencyHistogram& request_duration,
-                       const LatencyHistogram& queue_duration) {
+                       const LatencyHistogram& queue_duration, uint64_t responses,
+                       const LatencyHistogram& first_response) {
              return StatisticsSnapshot{last_inference_ms,
                                        inference_count,
                                        execution_count,
@@ -127,13 +128,16 @@ void register_statistics(py::module_& m) {
                                        compute_output,
                                        std::move(batches),
                                        request_duration,
-                                       queue_duration};
+                                       queue_duration,
+                                       responses,
+                                       first_response};
            }),
            py::kw_only(), py::arg("last_inference_ms") = 0, py::arg("inference_count") = 0,
            py::arg("execution_count") = 0, py::arg("success") = Duration{}, py::arg("fail") = Duration{},
            py::arg("queue") = Duration{}, py::arg("compute_input") = Duration{}, py::arg("compute_infer") = Duration{},
            py::arg("compute_output") = Duration{}, py::arg("batches") = std::map<uint64_t, BatchDurations>{},
-           py::arg("request_duration") = LatencyHistogram{}, py::arg("queue_duration") = LatencyHistogram{})
+           py::arg("request_duration") = LatencyHistogram{}, py::arg("queue_duration") = LatencyHistogram{},
+           py::arg("responses") = 0, py::arg("first_response") = LatencyHistogram{})
       .def_readonly("last_inference_ms", &StatisticsSnapshot::last_inference_ms,
                     "Wall clock, ms since the epoch; 0 = never.")
       .def_readonly("inference_count", &StatisticsSnapshot::inference_count)
@@ -146,7 +150,13 @@ void register_statistics(py::module_& m) {
       .def_readonly("compute_output", &StatisticsSnapshot::compute_output)
       .def_readonly("batches", &StatisticsSnapshot::batches, "Keyed by batch size (rows); a copy at each read.")
       .def_readonly("request_duration", &StatisticsSnapshot::request_duration)
-      .def_readonly("queue_duration", &StatisticsSnapshot::queue_duration);
+      .def_readonly("queue_duration", &StatisticsSnapshot::queue_duration)
+      .def_readonly("responses", &StatisticsSnapshot::responses,
+                    "Responses a decoupled model sent (0 for other models): streamed ones and final ones that carry "
+                    "a response.")
+      .def_readonly("first_response", &StatisticsSnapshot::first_response,
+                    "Per request of a decoupled model (empty for other models), the time from its queueing to its "
+                    "first response (or to its final flag, when that came first).");
 }
 
 }  // namespace

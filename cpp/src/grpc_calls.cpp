@@ -94,18 +94,31 @@ grpc::ByteBuffer message(std::string_view bytes) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out) {
-  const InferResponseWriter writer(request, outputs, request.stream);
+namespace {
+
+grpc::ByteBuffer written(const InferResponseWriter& writer) {
+  grpc_slice raw = grpc_slice_malloc(writer.size());
+  writer.write(reinterpret_cast<std::byte*>(GRPC_SLICE_START_PTR(raw)));
+  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
+Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out,
+                    std::optional<bool> final_response) {
+  const InferResponseWriter writer(request, outputs, request.stream, final_response);
   if (!writer.status().ok()) {
     Status status = writer.status();
     if (status.code == StatusCode::kInternal) status.message = "cannot return outputs: " + status.message;
     return status;
   }
-  grpc_slice raw = grpc_slice_malloc(writer.size());
-  writer.write(reinterpret_cast<std::byte*>(GRPC_SLICE_START_PTR(raw)));
-  grpc::Slice slice(raw, grpc::Slice::STEAL_REF);
-  *out = grpc::ByteBuffer(&slice, 1);
+  *out = written(writer);
   return Status::Ok();
+}
+
+grpc::ByteBuffer empty_final_answer(const InferenceRequest& request) {
+  return written(InferResponseWriter::empty_response(request, request.stream, /*final_response=*/true));
 }
 
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
@@ -382,13 +395,24 @@ class InferCall final : public UnaryCall, public CompletionSink {
       return;
     }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
+    std::shared_ptr<const ModelRoute> route =
+        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
+    // Refused here, before the Python path could take it (which answers once per request too).
+    if (route != nullptr && route->signature != nullptr && route->signature->decoupled) {
+      route_ = route;
+      const Status refused = Status::Error(
+          StatusCode::kUnimplemented, "model '" + route->model +
+                                          "' is decoupled (model_transaction_policy { decoupled: true }): ModelInfer "
+                                          "answers one response per request; use ModelStreamInfer");
+      count_failure(refused, parsed.id);
+      fail(to_grpc_status(refused));
+      return;
+    }
     bool sampled;
     if (sent_to_python(*snapshot, *context_, &sampled)) {
       forward(sampled);
       return;
     }
-    std::shared_ptr<const ModelRoute> route =
-        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
     if (route == nullptr) {
       forward();
       return;

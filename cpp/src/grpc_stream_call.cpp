@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -30,17 +31,21 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response) {
 // One ModelStreamInfer call. Each request read is answered as it completes, not in arrival order:
 // a computed one with its ModelStreamInferResponse, a failed one with `error_message` and the
 // request's id, and the stream goes on - unless the client sent `triton_grpc_error: true` (Triton's
-// opt-in), which ends the call with the first error's status. A message that does not parse as a
-// ModelInferRequest ends the call with INVALID_ARGUMENT once the requests read before it are
-// answered and sent. Requests without a route, and those Python observes (sent_to_python: sampled
-// for tracing, verbose logs), go one by one to the backend's ModelInfer.
+// opt-in), which ends the call with the first error's status. A decoupled model's request
+// (ModelSignature::decoupled) is answered with each of its responses as the model sends them
+// (CompletionSink::respond; an error response is sent as an error answer, and the request goes on),
+// then its final one; a final flag without a response is sent as an empty response when the
+// request asked for it (triton_enable_empty_final_response), else nothing is sent for it. A request
+// with that parameter gets `triton_final_response` on each response: false but on its last. A message that does not
+// parse as a ModelInferRequest ends the call with INVALID_ARGUMENT once the requests read before it are answered and
+// sent. Requests without a route, and those Python observes (sent_to_python: sampled for tracing, verbose logs), go one
+// by one to the backend's ModelInfer.
 //
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
-// read and not yet answered and sent, beyond which reading waits (a client that sends without
-// reading is held back by gRPC's flow control instead of being buffered); the call finishes once
-// the client has stopped sending and every answer is sent, or at the first failure of the
-// stream itself; the object lives until grpc is done (OnDone) and every request it submitted or
-// forwarded has come back.
+// read and not yet finally answered and sent (outstanding_ counts requests, not writes), beyond which reading waits (a
+// client that sends without reading is held back by gRPC's flow control instead of being buffered); the call finishes
+// once the client has stopped sending and every answer is sent, or at the first failure of the stream itself; the
+// object lives until grpc is done (OnDone) and every request it submitted or forwarded has come back.
 class StreamInferCall final : public grpc::ServerGenericBidiReactor, public CompletionSink {
  public:
   StreamInferCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
@@ -79,12 +84,12 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (writes_.front().ends_request) --outstanding_;
     writes_.pop_front();
-    --outstanding_;
     writing_ = false;
     if (!ok) {
       broken_ = true;  // the client is gone: nothing more can be sent
-      outstanding_ -= writes_.size();
+      for (const PendingWrite& write : writes_) outstanding_ -= write.ends_request ? 1 : 0;
       writes_.clear();
     }
     after_change(std::move(lock));
@@ -127,22 +132,40 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
       if (route != nullptr) record_failure(*transport_, *route, completion.status, id, *context_);
-      return answer_error(to_grpc_status(completion.status), id);
+      return answer_error(to_grpc_status(completion.status), id, /*ends_request=*/true);
+    }
+    const InferenceRequest& request = *completion.request;
+    if (!completion.respond) {  // a decoupled request's final flag alone
+      if (request.final_response_flag) return send(empty_final_answer(request), /*ends_request=*/true);
+      std::unique_lock<std::mutex> lock(mutex_);
+      answer_dropped_locked();  // nothing to send: the request simply ends
+      after_change(std::move(lock));
+      return;
     }
     grpc::ByteBuffer bytes;
-    const Status failed = write_answer(*completion.request, completion.outputs, &bytes);
+    const Status failed = write_answer(request, completion.outputs, &bytes, final_flag(request, true));
     if (!failed.ok()) {
       if (route != nullptr) record_failure(*transport_, *route, failed, id, *context_);
-      return answer_error(to_grpc_status(failed), id);
+      return answer_error(to_grpc_status(failed), id, /*ends_request=*/true);
     }
-    send(std::move(bytes));
+    send(std::move(bytes), /*ends_request=*/true);
+  }
+
+  // One response of a decoupled model's request before its final one (on a core worker thread).
+  void respond(const InferenceRequest& request, RequestResult&& response) override {
+    if (!response.status.ok()) return answer_error(to_grpc_status(response.status), request.id, /*ends_request=*/false);
+    grpc::ByteBuffer bytes;
+    const Status failed = write_answer(request, response.outputs, &bytes, final_flag(request, false));
+    if (!failed.ok()) return answer_error(to_grpc_status(failed), request.id, /*ends_request=*/false);
+    send(std::move(bytes), /*ends_request=*/false);
   }
 
  private:
   void handle(const grpc::ByteBuffer& request) {
     ReceivedMessage received;
     if (!receive(request, &received)) {
-      return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"), "");
+      return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"), "",
+                          /*ends_request=*/true);
     }
     ParsedInferRequest parsed;
     Status status =
@@ -151,15 +174,19 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     // Held until the core or the backend lets the request go (its answer is then on its way).
     auto reservation = std::make_shared<ByteReservation>();
     if (!transport_->inflight->reserve(request.Length(), reservation.get())) {
-      return answer_error(over_budget(request.Length(), *transport_->inflight), std::string(parsed.id));
+      return answer_error(over_budget(request.Length(), *transport_->inflight), std::string(parsed.id),
+                          /*ends_request=*/true);
     }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    bool sampled;
-    if (sent_to_python(*snapshot, *context_, &sampled)) {
-      return forward(request, std::string(parsed.id), sampled, std::move(reservation));
-    }
     const std::shared_ptr<const ModelRoute> route =
         snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
+    // A decoupled model's requests stay in the core even when Python would observe them (its path
+    // answers once per request): decoupled requests are not traced yet, nor logged verbosely.
+    const bool decoupled = route != nullptr && route->signature != nullptr && route->signature->decoupled;
+    bool sampled;
+    if (!decoupled && sent_to_python(*snapshot, *context_, &sampled)) {
+      return forward(request, std::string(parsed.id), sampled, std::move(reservation));
+    }
     if (route == nullptr) return forward(request, std::string(parsed.id), false, std::move(reservation));
 
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
@@ -171,8 +198,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
                                      transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
       record_failure(*transport_, *route, status, parsed.id, *context_);
-      return answer_error(to_grpc_status(status), std::string(parsed.id));
+      return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     }
+    const WireParameter* final_flag = find_parameter(parsed.parameters, "triton_enable_empty_final_response");
+    inference->final_response_flag =
+        final_flag != nullptr && final_flag->kind == WireParameter::Kind::kBool && final_flag->bool_value;
     const uint64_t token = inference->token;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -191,8 +221,13 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         in_core_.erase(token);
       }
       record_failure(*transport_, *route, status, id, *context_);
-      return answer_error(to_grpc_status(status), id);
+      return answer_error(to_grpc_status(status), id, /*ends_request=*/true);
     }
+  }
+
+  // The `triton_final_response` a response of `request` carries, if it asked for the flag.
+  static std::optional<bool> final_flag(const InferenceRequest& request, bool last) {
+    return request.final_response_flag ? std::optional<bool>(last) : std::nullopt;
   }
 
   // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing.
@@ -219,9 +254,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
             forwarded_.erase(call);
           }
           if (status.ok()) {
-            send(stream_answer(call->response));
+            send(stream_answer(call->response), /*ends_request=*/true);
           } else {
-            answer_error(status, id);
+            answer_error(status, id, /*ends_request=*/true);
           }
           unref();
         });
@@ -238,27 +273,28 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     after_change(std::move(lock));
   }
 
-  // One request failed: its error answer, or the end of the call with `triton_grpc_error`.
-  void answer_error(const grpc::Status& status, const std::string& id) {
+  // One request failed (`ends_request`), or one of a decoupled request's responses is an error:
+  // its error answer, or the end of the call with `triton_grpc_error`.
+  void answer_error(const grpc::Status& status, const std::string& id, bool ends_request) {
     if (end_on_error_) {
       std::unique_lock<std::mutex> lock(mutex_);
-      --outstanding_;
+      if (ends_request) answer_dropped_locked();
       if (!final_status_) final_status_ = std::make_unique<grpc::Status>(status);
       after_change(std::move(lock));
       return;
     }
-    send(message(stream_error_response(status.error_message(), id)));
+    send(message(stream_error_response(status.error_message(), id)), ends_request);
   }
 
-  // Queues one answer; each is sent after the one before it.
-  void send(grpc::ByteBuffer&& bytes) {
+  // Queues one answer; each is sent after the one before it. `ends_request`: the request's last.
+  void send(grpc::ByteBuffer&& bytes, bool ends_request) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (broken_ || final_status_ || finished_) {
-      answer_dropped_locked();
+      if (ends_request) answer_dropped_locked();
       after_change(std::move(lock));
       return;
     }
-    writes_.push_back(std::move(bytes));
+    writes_.push_back(PendingWrite{std::move(bytes), ends_request});
     after_change(std::move(lock));
   }
 
@@ -275,7 +311,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (!finished_ && !writing_) {
       if (!stopping && !writes_.empty()) {
         writing_ = true;
-        write = &writes_.front();  // a deque's elements stay put while others are added
+        write = &writes_.front().bytes;  // a deque's elements stay put while others are added
       } else if (stopping || (reads_done_ && outstanding_ == 0)) {
         finished_ = true;
         finish = true;
@@ -317,7 +353,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   std::unique_ptr<grpc::Status> final_status_;      // the first error, with triton_grpc_error
   std::unique_ptr<grpc::Status> malformed_status_;  // a message did not parse: reads_done_, ends with it
   size_t outstanding_ = 0;                          // requests read and not yet answered and sent
-  std::deque<grpc::ByteBuffer> writes_;             // answers waiting to be sent; front() in flight
+  struct PendingWrite {
+    grpc::ByteBuffer bytes;
+    bool ends_request;  // the request's last answer: sending it ends the request (outstanding_)
+  };
+  std::deque<PendingWrite> writes_;                                // answers waiting to be sent; front() in flight
   std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
   std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
 };

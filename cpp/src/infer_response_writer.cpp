@@ -8,7 +8,7 @@ namespace {
 
 // Field numbers of grpc_service.proto.
 namespace response_field {
-constexpr uint32_t kModelName = 1, kModelVersion = 2, kId = 3, kOutputs = 5, kRawOutputContents = 6;
+constexpr uint32_t kModelName = 1, kModelVersion = 2, kId = 3, kParameters = 4, kOutputs = 5, kRawOutputContents = 6;
 }
 namespace output_field {
 constexpr uint32_t kName = 1, kDatatype = 2, kShape = 3, kParameters = 4;
@@ -17,7 +17,7 @@ namespace map_entry_field {
 constexpr uint32_t kKey = 1, kValue = 2;
 }
 namespace parameter_field {
-constexpr uint32_t kInt64 = 2, kString = 3;
+constexpr uint32_t kBool = 1, kInt64 = 2, kString = 3;
 }
 namespace stream_field {
 constexpr uint32_t kErrorMessage = 1, kInferResponse = 2;
@@ -60,6 +60,22 @@ struct ParameterEntry {
   }
 };
 
+// The response parameter `triton_final_response` (bool), as the map entry protobuf writes: key,
+// then InferParameter{bool_param} (a oneof member: written even when false).
+constexpr std::string_view kFinalResponseKey = "triton_final_response";
+constexpr size_t kFinalValueSize = 2;  // tag and one-byte varint
+size_t final_response_entry_size() {
+  return length_delimited_size(map_entry_field::kKey, kFinalResponseKey.size()) +
+         length_delimited_size(map_entry_field::kValue, kFinalValueSize);
+}
+void write_final_response(WireWriter* writer, bool value) {
+  writer->length_prefix(response_field::kParameters, final_response_entry_size());
+  writer->bytes_field(map_entry_field::kKey, kFinalResponseKey);
+  writer->length_prefix(map_entry_field::kValue, kFinalValueSize);
+  writer->tag(parameter_field::kBool, WireType::kVarint);
+  writer->varint(value ? 1 : 0);
+}
+
 // The shared-memory parameters of an output written into `target`, in key order.
 std::vector<ParameterEntry> shared_memory_parameters(const SharedMemoryOutput& target) {
   return {{"shared_memory_byte_size", false, target.slice.size, {}},
@@ -69,9 +85,19 @@ std::vector<ParameterEntry> shared_memory_parameters(const SharedMemoryOutput& t
 
 }  // namespace
 
+InferResponseWriter::InferResponseWriter(const InferenceRequest& request, Empty, bool stream, bool final_response)
+    : request_(request), model_(*request.signature), stream_(stream), final_response_(final_response) {
+  size_message();
+}
+
+InferResponseWriter InferResponseWriter::empty_response(const InferenceRequest& request, bool stream,
+                                                        bool final_response) {
+  return InferResponseWriter(request, Empty{}, stream, final_response);
+}
+
 InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs,
-                                         bool stream)
-    : request_(request), model_(*request.signature), stream_(stream) {
+                                         bool stream, std::optional<bool> final_response)
+    : request_(request), model_(*request.signature), stream_(stream), final_response_(final_response) {
   const bool batched = model_.max_batch_size > 0;
   auto fail = [&](StatusCode code, std::string message) {
     if (status_.ok()) status_ = Status::Error(code, std::move(message));
@@ -120,9 +146,14 @@ InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const 
   } else {
     for (uint32_t i : request.requested_outputs) add(i);
   }
+  size_message();
+}
+
+void InferResponseWriter::size_message() {
   message_size_ = string_field_size(response_field::kModelName, model_.name) +
                   string_field_size(response_field::kModelVersion, model_.version) +
-                  string_field_size(response_field::kId, request.id);
+                  string_field_size(response_field::kId, request_.id);
+  if (final_response_) message_size_ += length_delimited_size(response_field::kParameters, final_response_entry_size());
   for (const Output& o : outputs_) {
     message_size_ += length_delimited_size(response_field::kOutputs, o.message_bytes);
     // Outputs always travel raw (tritonclient reads only raw_output_contents), even when empty;
@@ -140,6 +171,7 @@ void InferResponseWriter::write(std::byte* out) const {
   write_string_field(&writer, response_field::kModelName, model_.name);
   write_string_field(&writer, response_field::kModelVersion, model_.version);
   write_string_field(&writer, response_field::kId, request_.id);
+  if (final_response_) write_final_response(&writer, *final_response_);
   for (const Output& o : outputs_) {
     writer.length_prefix(response_field::kOutputs, o.message_bytes);
     write_string_field(&writer, output_field::kName, o.spec->name);

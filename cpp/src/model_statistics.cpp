@@ -76,6 +76,12 @@ void ModelStatistics::record_request(int64_t rows, uint64_t total_ns, const std:
   stats_.request_duration.add(total_ns);
 }
 
+void ModelStatistics::record_responses(uint64_t responses, std::optional<uint64_t> first_response_ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.responses += responses;
+  if (first_response_ns) stats_.first_response.add(*first_response_ns);
+}
+
 StatisticsSnapshot ModelStatistics::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

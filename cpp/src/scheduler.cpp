@@ -37,6 +37,43 @@ std::string request_labels(const RequestBatch& requests) {
   return out;
 }
 
+// Whether `executor` takes a batch as its requests (execute_requests) rather than gathered.
+bool takes_requests(const Executor& executor) { return executor.answers_each_request() || executor.decoupled(); }
+
+// The ResponseStream a decoupled executor gets for one batch: hands each response to its
+// request's sink (CompletionSink::respond; a request without a sink, answered through the
+// CompletionQueue, gets only its final completion) and records the model's response statistics.
+// Used on the worker thread only.
+class StreamedResponses final : public ResponseStream {
+ public:
+  StreamedResponses(const RequestBatch& batch, ModelStatistics* statistics)
+      : batch_(batch), statistics_(statistics), responded_(batch.size(), false) {}
+
+  void respond(size_t index, RequestResult&& response) override {
+    if (index >= batch_.size()) return;  // no request of this batch (the binding refuses such an index first)
+    statistics_->record_responses(1, first_response(index));
+    const InferenceRequest& request = *batch_[index];
+    if (request.sink) request.sink->respond(request, std::move(response));
+  }
+
+  // Request `index` has its final result (`with_response`: one that is answered, ok or an error).
+  void finish(size_t index, bool with_response) {
+    statistics_->record_responses(with_response ? 1 : 0, first_response(index));
+  }
+
+ private:
+  // The time since the request's enqueue, when this is its first response.
+  std::optional<uint64_t> first_response(size_t index) {
+    if (responded_[index]) return std::nullopt;
+    responded_[index] = true;
+    return ns_between(batch_[index]->enqueue_time, Clock::now());
+  }
+
+  const RequestBatch& batch_;
+  ModelStatistics* const statistics_;
+  std::vector<bool> responded_;
+};
+
 }  // namespace
 
 // A batch taken from the batcher with its inputs gathered (and, for a pipelined executor, staged).
@@ -221,7 +258,7 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
   staged.requests = std::move(*batch);
   staged.timeline.start = Clock::now();
   try {
-    if (executor->answers_each_request()) {
+    if (takes_requests(*executor)) {
       // Each request on its own: a batch of one is passed through, client memory copied out.
       for (size_t i = 0; i < staged.requests.size();) {
         RequestBatch one;
@@ -299,7 +336,7 @@ void Scheduler::execute_batch(Executor* executor, uint32_t instance, StagedBatch
 }
 
 Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
-  if (staged->status.ok() && executor->answers_each_request()) return run_requests(executor, instance, staged);
+  if (staged->status.ok() && takes_requests(*executor)) return run_requests(executor, instance, staged);
   auto* batch = &staged->requests;
   BatchTimeline& timeline = staged->timeline;
   Status status = staged->status;
@@ -330,9 +367,11 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   BatchTimeline& timeline = staged->timeline;
   staged->executor_failed = false;  // a failure of the whole batch is not bisected: it fails every request
   std::vector<RequestResult> results;
+  std::optional<StreamedResponses> responses;
+  if (executor->decoupled()) responses.emplace(batch, &statistics_);
   Status status;
   try {
-    status = executor->execute_requests(staged->request_inputs, &results);
+    status = executor->execute_requests(staged->request_inputs, &results, responses ? &*responses : nullptr);
   } catch (const std::exception& e) {
     status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
   }
@@ -342,25 +381,33 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
     status = Status::Error(StatusCode::kInternal, "the executor answered " + std::to_string(results.size()) +
                                                       " results for " + std::to_string(batch.size()) + " requests");
   }
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    for (size_t i = 0; responses && i < batch.size(); ++i) responses->finish(i, true);  // each fails with it
+    return status;
+  }
   const size_t batch_requests = batch.size();
   RequestBatch computed;
   std::vector<std::vector<Tensor>> outputs;
+  std::vector<bool> respond;
   for (size_t i = 0; i < batch.size(); ++i) {
+    // Only a decoupled request may end with its final flag alone.
+    const bool answered = !responses || results[i].respond || !results[i].status.ok();
+    if (responses) responses->finish(i, answered);
     if (results[i].status.ok()) {
       computed.push_back(std::move(batch[i]));
-      outputs.push_back(std::move(results[i].outputs));
+      outputs.push_back(answered ? std::move(results[i].outputs) : std::vector<Tensor>{});
+      respond.push_back(answered);
     } else {
       fail(std::move(batch[i]), results[i].status);
     }
   }
   batch.clear();
-  if (!computed.empty()) complete_batch(&computed, &outputs, instance, timeline, batch_requests);
+  if (!computed.empty()) complete_batch(&computed, &outputs, instance, timeline, batch_requests, respond);
   return Status::Ok();
 }
 
 void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
-                               const BatchTimeline& timeline, size_t batch_requests) {
+                               const BatchTimeline& timeline, size_t batch_requests, const std::vector<bool>& respond) {
   statistics_.record_batch(*batch, timeline);
   RequestTiming timing;
   timing.compute_start = timeline.start;
@@ -377,6 +424,7 @@ void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tens
     completion.timing = timing;
     completion.timing.enqueued = (*batch)[i]->enqueue_time;
     completion.outputs = std::move((*per_request)[i]);
+    completion.respond = respond.empty() || respond[i];
     const uint64_t sequence = (*batch)[i]->sequence;
     completion.request = std::move((*batch)[i]);
     complete(std::move(completion), sequence);

@@ -560,6 +560,50 @@ TEST(InferRequestParser, WriterLeavesEmptyStringsOutButKeepsEmptyContents) {
                              20));
 }
 
+// The final-response flag and the empty response, against the bytes protobuf's serializer writes
+// for the same messages (tritonclient's grpc_service_pb2, SerializeToString): the parameters map
+// (field 4) sits between the id and the outputs, its bool written even when false.
+TEST(InferRequestParser, WriterAddsTheFinalResponseFlagAndWritesTheEmptyResponseAsProtobufDoes) {
+  auto model = std::make_shared<ModelSignature>();
+  model->name = "m";
+  model->version = "1";
+  model->outputs = {OutputSignature{"y", DataType::kInt32, {2}, false}};
+  InferenceRequest request;
+  request.signature = model;
+  request.id = "r";
+  const std::string y_data = le32(1) + le32(2);
+  std::vector<Tensor> outputs(1);
+  outputs[0] = Tensor{DataType::kInt32, {2}, reinterpret_cast<const std::byte*>(y_data.data()), y_data.size(), nullptr};
+  auto bytes = [](const InferResponseWriter& writer) {
+    EXPECT_TRUE(writer.status().ok()) << writer.status().message;
+    std::string out(writer.size(), '\xAA');
+    writer.write(reinterpret_cast<std::byte*>(out.data()));
+    return out;
+  };
+  const std::string header(
+      "\x0a\x01m\x12\x01"
+      "1\x1a\x01r",
+      9);
+  auto flag = [](bool last) {
+    return std::string("\x22\x1b\x0a\x15triton_final_response\x12\x02\x08", 28) + (last ? '\x01' : '\x00');
+  };
+  const std::string y_output = std::string("\x2a\x0d\x0a\x01y\x12\x05INT32\x1a\x01\x02", 15) + "\x32\x08" + y_data;
+
+  EXPECT_EQ(bytes(InferResponseWriter(request, outputs, false, false)), header + flag(false) + y_output);
+  EXPECT_EQ(bytes(InferResponseWriter(request, outputs, false, true)), header + flag(true) + y_output);
+  EXPECT_EQ(bytes(InferResponseWriter(request, outputs, false)), header + y_output);  // no flag asked for
+  const std::string streamed = header + flag(false) + y_output;
+  EXPECT_EQ(bytes(InferResponseWriter(request, outputs, true, false)),
+            std::string("\x12") + static_cast<char>(streamed.size()) + streamed);
+
+  // The empty response: name, version, id and the flag; no outputs even though the model has one.
+  EXPECT_EQ(bytes(InferResponseWriter::empty_response(request, false, true)), header + flag(true));
+  EXPECT_EQ(bytes(InferResponseWriter::empty_response(request, true, true)),
+            std::string("\x12\x26") + header + flag(true));
+  request.requested_outputs = {0};
+  EXPECT_EQ(bytes(InferResponseWriter::empty_response(request, false, true)), header + flag(true));
+}
+
 TEST(InferRequestParser, StreamErrorResponseBytes) {
   EXPECT_EQ(stream_error_response("bad", "r"), std::string("\x0a\x03"
                                                            "bad\x12\x03\x1a\x01r",

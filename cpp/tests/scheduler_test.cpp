@@ -316,7 +316,8 @@ TEST(Scheduler, BatchesQueuedRequestsAndScattersEachAnswerBack) {
 }
 
 // Answers each request on its own, as a python-backend model does: doubles it, fails a request
-// whose value is 13 with its own message, and records how many requests each call held.
+// whose value is 13 with its own message, and records how many requests each call held. Fails the
+// whole batch if given a ResponseStream (it is not decoupled).
 class PerRequestExecutor : public Executor {
  public:
   PerRequestExecutor(std::vector<size_t>* calls, std::mutex* mutex, bool fail_whole = false)
@@ -325,12 +326,14 @@ class PerRequestExecutor : public Executor {
     return Status::Error(StatusCode::kInternal, "execute() called on an executor answering each request");
   }
   bool answers_each_request() const override { return true; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
-                          std::vector<RequestResult>* results) override {
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override {
     {
       std::lock_guard<std::mutex> lock(*mutex_);
       calls_->push_back(requests.size());
     }
+    // Only a decoupled executor gets a stream for responses before the final ones.
+    if (responses != nullptr) return Status::Error(StatusCode::kInternal, "a ResponseStream for a plain executor");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // later requests queue meanwhile
     if (fail_whole_) return Status::Error(StatusCode::kInternal, "the worker process died");
     for (const auto& inputs : requests) {
@@ -403,6 +406,134 @@ TEST(Scheduler, AWholeBatchFailureOfAnExecutorAnsweringEachRequestFailsEveryRequ
   size_t total = 0;
   for (size_t n : calls) total += n;
   EXPECT_EQ(total, static_cast<size_t>(kRequests));  // not re-run in halves
+}
+
+// A decoupled model, as a decoupled python-backend model answers: a request of value v gets v
+// streamed responses (each its own number 0..v-1), then its final result: value 1 ends with its
+// final flag alone, value 5 fails with its own error; others end with a last response of 100 + v.
+class DecoupledExecutor : public Executor {
+ public:
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
+  }
+  bool decoupled() const override { return true; }
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override {
+    if (responses == nullptr) return Status::Error(StatusCode::kInternal, "no ResponseStream for a decoupled executor");
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const int32_t value = *reinterpret_cast<const int32_t*>(requests[i].at(0).data);
+      for (int32_t n = 0; n < value; ++n) responses->respond(i, number(n));
+      if (value == 1) {
+        RequestResult flag_only;
+        flag_only.respond = false;
+        results->push_back(std::move(flag_only));
+      } else if (value == 5) {
+        results->push_back(RequestResult{Status::Error(StatusCode::kInvalidArgument, "5 ends in an error"), {}});
+      } else {
+        results->push_back(number(100 + value));
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static RequestResult number(int32_t n) {
+    auto data = std::make_shared<int32_t>(n);
+    RequestResult result;
+    result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
+    return result;
+  }
+};
+
+// Records, per request token, every streamed response's number (-1 for an error response) and
+// then its final completion; a response after the final one is recorded as -2.
+class RecordingSink : public CompletionSink {
+ public:
+  struct Seen {
+    std::vector<int32_t> responses;
+    std::vector<Completion> finals;
+  };
+  void respond(const InferenceRequest& request, RequestResult&& response) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Seen& seen = seen_[request.token];
+    if (!seen.finals.empty()) {
+      seen.responses.push_back(-2);
+    } else if (!response.status.ok()) {
+      seen.responses.push_back(-1);
+    } else {
+      seen.responses.push_back(*reinterpret_cast<const int32_t*>(response.outputs.at(0).data));
+    }
+  }
+  void complete(Completion&& completion) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    seen_[completion.token].finals.push_back(std::move(completion));
+    ++finals_;
+  }
+  // Waits (10 s at most) for `n` final completions; returns what was seen.
+  std::map<uint64_t, Seen> wait(size_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (finals_ >= n) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::move(seen_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<uint64_t, Seen> seen_;
+  size_t finals_ = 0;
+};
+
+TEST(Scheduler, ADecoupledExecutorStreamsEachRequestsResponsesInOrderThenOneFinalCompletion) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<DecoupledExecutor>());
+  Scheduler scheduler(options("decoupled", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  auto sink = std::make_shared<RecordingSink>();
+  // Tokens 1..3 stream 0, 1 (then the final flag alone) and 5 (then an error) responses; token 4
+  // (value 2) has no sink: its final completion goes to the queue, its responses nowhere.
+  const std::vector<int32_t> values = {0, 1, 5, 2};
+  for (size_t i = 0; i < values.size(); ++i) {
+    auto request = int_request(i + 1, values[i]);
+    if (i < 3) request->sink = sink;
+    ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+  }
+  auto seen = sink->wait(3);
+  auto queued = collect(*queue, 1);
+  ASSERT_EQ(seen.size(), 3u);
+  for (auto& [token, s] : seen) ASSERT_EQ(s.finals.size(), 1u) << token;
+  EXPECT_EQ(seen[1].responses, std::vector<int32_t>{});
+  EXPECT_EQ(seen[2].responses, std::vector<int32_t>{0});
+  EXPECT_EQ(seen[3].responses, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  const Completion& last = seen[1].finals[0];  // value 0: no streamed response, a final one
+  ASSERT_TRUE(last.status.ok()) << last.status.message;
+  EXPECT_TRUE(last.respond);
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(last.outputs.at(0).data), 100);
+  const Completion& flag_only = seen[2].finals[0];
+  EXPECT_TRUE(flag_only.status.ok()) << flag_only.status.message;
+  EXPECT_FALSE(flag_only.respond);
+  EXPECT_TRUE(flag_only.outputs.empty());
+  EXPECT_EQ(seen[3].finals[0].status.code, StatusCode::kInvalidArgument);
+  EXPECT_EQ(seen[3].finals[0].status.message, "5 ends in an error");
+  ASSERT_EQ(queued.size(), 1u);
+  ASSERT_TRUE(queued.at(4).status.ok()) << queued.at(4).status.message;
+  EXPECT_TRUE(queued.at(4).respond);
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(queued.at(4).outputs.at(0).data), 102);
+
+  const StatisticsSnapshot stats = scheduler.statistics();
+  // Responses: 0 + 1 + 5 + 2 streamed; finals with a response: value 0, 5 (its error) and 2.
+  EXPECT_EQ(stats.responses, 8u + 3u);
+  uint64_t first_responses = 0;
+  for (uint64_t count : stats.first_response.counts) first_responses += count;
+  EXPECT_EQ(first_responses, 4u);  // one per request, the flag-only final of value 1 included
+  EXPECT_GT(stats.first_response.sum_ns, 0u);
+  EXPECT_EQ(stats.success.count, 3u);
+  EXPECT_EQ(stats.fail.count, 1u);
 }
 
 // A sink that, on its request's answer, cancels another request of the same scheduler (what an

@@ -184,11 +184,14 @@ class ModelSignature:
         max_batch_size: int,
         inputs: list[tuple[str, int, list[int], tuple[int, ...] | None, bool, bool]],
         outputs: list[tuple[str, int, list[int], bool]],
+        decoupled: bool = False,
     ) -> None: ...
     @property
     def name(self) -> str: ...
     @property
     def version(self) -> str: ...
+    @property
+    def decoupled(self) -> bool: ...
 
 class WireRequest:
     @property
@@ -249,6 +252,8 @@ class StatisticsSnapshot:
         batches: Mapping[int, BatchDurations] = ...,
         request_duration: LatencyHistogram = ...,
         queue_duration: LatencyHistogram = ...,
+        responses: int = 0,
+        first_response: LatencyHistogram = ...,
     ) -> None: ...
     @property
     def last_inference_ms(self) -> int: ...
@@ -274,6 +279,10 @@ class StatisticsSnapshot:
     def request_duration(self) -> LatencyHistogram: ...
     @property
     def queue_duration(self) -> LatencyHistogram: ...
+    @property
+    def responses(self) -> int: ...
+    @property
+    def first_response(self) -> LatencyHistogram: ...
 
 class RequestScheduler:
     def submit_request(

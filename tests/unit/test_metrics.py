@@ -207,3 +207,29 @@ async def test_failed_model_loads_are_counted_by_model(tmp_path: Path) -> None:
     await registry.load("simple")  # a good one counts nothing
     assert load_failures(metrics) == {"broken": 2}
     await registry.close()
+
+
+def test_decoupled_models_responses_and_first_response_latency_are_exported() -> None:
+    above_all = len(_core.LatencyHistogram().counts) - 1
+    decoupled = _core.StatisticsSnapshot(
+        responses=11,
+        first_response=_core.LatencyHistogram([2, 0, 0, 1] + [0] * (above_all - 3), 1_200_000),
+    )
+    metrics = InferenceMetrics(
+        lambda: [
+            ModelCounters("streamer", "1", decoupled, 0),
+            ModelCounters("plain", "1", STATISTICS, 0),
+        ],
+        gpu=False,
+    )
+    values = samples(generate_latest(metrics.registry).decode())
+    streamer = (("model", "streamer"), ("version", "1"))
+    plain = (("model", "plain"), ("version", "1"))
+    assert values[("inferd_responses_total", streamer)] == 11
+    assert values[("inferd_responses_total", plain)] == 0
+    first = "inferd_first_response_duration_us"
+    assert values[(f"{first}_count", streamer)] == 3
+    assert values[(f"{first}_sum", streamer)] == 1200
+    assert values[(f"{first}_bucket", (("le", "100.0"), *streamer))] == 2
+    assert values[(f"{first}_bucket", (("le", "1000.0"), *streamer))] == 3
+    assert values[(f"{first}_count", plain)] == 0

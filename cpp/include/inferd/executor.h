@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "inferd/status.h"
@@ -16,6 +17,20 @@ namespace inferd {
 struct RequestResult {
   Status status;
   std::vector<Tensor> outputs;  // in model output order, with the request's own batch dim, when ok
+  // A decoupled request's final result: false when it ends with its final flag alone (no response
+  // with it; status ok, outputs empty). Always true for a request that is not decoupled.
+  bool respond = true;
+};
+
+// Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that
+// come before each request's final result. Given by the scheduler to execute_requests().
+class ResponseStream {
+ public:
+  virtual ~ResponseStream() = default;
+  // One more response, not the last, to request `index` of the batch being executed: ok with its
+  // outputs in model output order, or an error response; the request goes on after either. Called
+  // on the executor's thread during execute_requests(); never blocks.
+  virtual void respond(size_t index, RequestResult&& response) = 0;
 };
 
 class Executor {
@@ -45,13 +60,20 @@ class Executor {
   // execute() and answers each request with its own result (no padding, no bisection: a failed
   // request fails alone by construction).
   virtual bool answers_each_request() const { return false; }
+  // A decoupled model (model_transaction_policy { decoupled: true }, Triton's) answers each request
+  // with any number of responses, then its final result. A decoupled executor answers each request
+  // (the scheduler calls execute_requests() whatever answers_each_request() says).
+  virtual bool decoupled() const { return false; }
   // `requests`: each request's inputs in model input order, with its own batch dim. Returns a
   // failure of the whole batch (every request fails with it), or ok with `results` holding one
-  // result per request, in order. May block for the computation; must not throw.
-  virtual Status execute_requests(const std::vector<std::vector<Tensor>>& requests,
-                                  std::vector<RequestResult>* results) {
+  // result per request, in order: its final result. `responses` is non-null exactly when
+  // decoupled(): the responses before each request's final result go there, while this runs. May
+  // block for the computation; must not throw.
+  virtual Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+                                  ResponseStream* responses) {
     (void)requests;
     (void)results;
+    (void)responses;
     return Status::Error(StatusCode::kUnimplemented, "this executor takes gathered batches");
   }
 };

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -123,7 +124,11 @@ bool receive(const grpc::ByteBuffer& buffer, ReceivedMessage* out);
 grpc::ByteBuffer message(std::string_view bytes);
 // The serialized answer of a computed request, written straight into a grpc slice (and its
 // shared-memory outputs into their slices); otherwise why it cannot be (InferResponseWriter::status).
-Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out);
+// `final_response`: the `triton_final_response` parameter it carries, if any.
+Status write_answer(const InferenceRequest& request, const std::vector<Tensor>& outputs, grpc::ByteBuffer* out,
+                    std::optional<bool> final_response = std::nullopt);
+// The empty response that carries a decoupled request's final flag alone (triton_final_response: true).
+grpc::ByteBuffer empty_final_answer(const InferenceRequest& request);
 
 // The call's deadline on the core's clock (max = none).
 Clock::time_point core_deadline(const grpc::ServerContextBase& context);

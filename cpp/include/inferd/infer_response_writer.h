@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,13 +24,21 @@ namespace inferd {
 // shared_memory_byte_size, shared_memory_offset; map entries in key order) with an empty
 // raw_output_contents entry (as Triton's: tritonclient counts entries by output position).
 //
+// With `final_response` (a streamed response of a request with final_response_flag), the response
+// carries the parameter `triton_final_response` (bool) in ModelInferResponse.parameters: true on a
+// request's last response, false on the others. The empty form (empty_response) carries only the
+// model name, version, id and that parameter: a decoupled request's final flag sent on its own.
+//
 // Usage: construct, check status(), allocate size() bytes, write() into them. The request and
 // outputs must outlive the writer. Not thread-safe; never blocks.
 class InferResponseWriter {
  public:
   // `request` must carry a signature (it came through build_inference_request); `outputs` are every
   // model output, in model order.
-  InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs, bool stream);
+  InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs, bool stream,
+                      std::optional<bool> final_response = std::nullopt);
+  // The response without outputs, carrying `final_response` (see above).
+  static InferResponseWriter empty_response(const InferenceRequest& request, bool stream, bool final_response);
 
   // OK, or why these outputs cannot be answered: INTERNAL for an output whose element count does
   // not fit its reshaped dims; INVALID_ARGUMENT for a shared-memory slice too small for its output
@@ -51,9 +60,15 @@ class InferResponseWriter {
     const SharedMemoryOutput* shared_memory;  // written into the client's slice: no raw contents here
     size_t parameters_bytes;                  // the shared-memory parameters' map entries
   };
+  struct Empty {};
+  InferResponseWriter(const InferenceRequest& request, Empty, bool stream, bool final_response);
+  // Sizes the whole message once outputs_ is filled.
+  void size_message();
+
   const InferenceRequest& request_;
   const ModelSignature& model_;
   bool stream_;
+  std::optional<bool> final_response_;
   std::vector<Output> outputs_;
   size_t message_size_ = 0;  // the ModelInferResponse
   size_t total_size_ = 0;    // with the stream wrapper, if any

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "inferd/executor.h"
 #include "inferd/shared_memory.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
@@ -21,6 +22,7 @@ inline uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
 }
 struct ModelSignature;
 struct Completion;
+struct InferenceRequest;
 
 // An output the client asked to be written into its shared memory instead of the answer.
 struct SharedMemoryOutput {
@@ -36,6 +38,15 @@ class CompletionSink {
   // Called once per request, on a core worker thread (or the submitting thread for a request
   // cancelled there). Must not block.
   virtual void complete(Completion&& completion) = 0;
+  // One response of a decoupled model's request before its final completion (see
+  // ResponseStream), on the core worker thread that executes it. Must not block. Only a stream
+  // call can answer a request more than once: the default drops the response, so a decoupled
+  // request whose caller's sink does not override this (or that has no sink at all: the
+  // CompletionQueue) gets its final completion only.
+  virtual void respond(const InferenceRequest& request, RequestResult&& response) {
+    (void)request;
+    (void)response;
+  }
 };
 
 // One inference request as the core sees it: already decoded and validated against the model by
@@ -56,7 +67,11 @@ struct InferenceRequest {
   std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
   std::vector<SharedMemoryOutput> shared_memory_outputs;  // of the requested outputs, those written there
   bool stream = false;                                    // answered as a ModelStreamInferResponse
-  std::shared_ptr<CompletionSink> sink;                   // null: the answer goes to the scheduler's CompletionQueue
+  // Each streamed response says whether it is the request's last (`triton_final_response`), and a
+  // decoupled request's final flag without a response is sent as an empty response: the request
+  // parameter `triton_enable_empty_final_response: true` (Triton's).
+  bool final_response_flag = false;
+  std::shared_ptr<CompletionSink> sink;  // null: the answer goes to the scheduler's CompletionQueue
 
   // Set by the scheduler at enqueue.
   Clock::time_point enqueue_time{};
@@ -96,6 +111,9 @@ struct Completion {
   uint64_t token = 0;
   Status status;
   std::vector<Tensor> outputs;  // in the model's output order; empty on error
+  // False: a decoupled request ended with its final flag alone (status ok, no outputs): nothing to
+  // answer, unless the caller sends the flag on its own (RequestResult::respond).
+  bool respond = true;
   RequestTiming timing;
   std::unique_ptr<InferenceRequest> request;
 };

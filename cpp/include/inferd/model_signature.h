@@ -40,6 +40,9 @@ struct ModelSignature {
   int64_t max_batch_size = 0;  // 0: the model does not batch
   std::vector<InputSignature> inputs;
   std::vector<OutputSignature> outputs;
+  // model_transaction_policy { decoupled: true }: any number of responses per request, served on
+  // ModelStreamInfer only.
+  bool decoupled = false;
 };
 
 // Checks `parsed` against `signature` and fills `out` (an empty request) with the model's inputs

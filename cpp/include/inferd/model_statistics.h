@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "inferd/inference_request.h"
 
@@ -44,6 +45,11 @@ struct StatisticsSnapshot {
   // Per request, from its enqueue to its answer (successes and failures in the core), and the
   // time it waited in the queue (successes).
   LatencyHistogram request_duration, queue_duration;
+  // Decoupled models only (0 and empty for the others): responses sent (streamed ones, and a final
+  // result that carries a response: ok or an error), and per request the time from its enqueue to
+  // its first response (or to its final flag, when that comes first).
+  uint64_t responses = 0;
+  LatencyHistogram first_response;
 };
 
 // The timestamps of one batch's trip through a worker, taken with the monotonic clock.
@@ -64,6 +70,9 @@ class ModelStatistics {
   // own (an ensemble's): one execution, as Triton counts an ensemble's, its queue and compute
   // phases the sums of its steps' (`phases`: queue, compute input, infer, output, in ns).
   void record_request(int64_t rows, uint64_t total_ns, const std::array<uint64_t, 4>& phases);
+  // A decoupled model's request: `responses` more responses sent, and, when `first_response_ns`
+  // is given, the time from its enqueue to its first response.
+  void record_responses(uint64_t responses, std::optional<uint64_t> first_response_ns);
   StatisticsSnapshot snapshot() const;
 
  private:

@@ -35,6 +35,11 @@ struct SchedulerOptions {
 //
 // An executor that answers each request on its own (Executor::answers_each_request) gets the
 // batch's requests instead of a gathered batch; each request is answered with its own result.
+// A decoupled executor (Executor::decoupled) does too, and also gets a ResponseStream for the
+// responses before each request's final result: they go to the request's sink as they come
+// (CompletionSink::respond; not held back by preserve_ordering), and the model's statistics count
+// them (responses, first_response). The final result completes the request as usual, with
+// Completion::respond false when it is the final flag alone.
 //
 // A batch of several requests that the executor fails is not failed as a whole: one request's
 // input must not fail the others, nor reach them in a message. The worker runs it again in halves
@@ -101,9 +106,10 @@ class Scheduler final : public RequestScheduler {
   // run_batch for an executor that answers each request: each request completed or failed alone.
   Status run_requests(Executor* executor, uint32_t instance, StagedBatch* staged);
   // Records a computed batch and completes its requests with their outputs (per_request[i] for
-  // the i-th); `batch_requests`: how many requests the executed batch held.
+  // the i-th); `batch_requests`: how many requests the executed batch held; `respond`: per request
+  // Completion::respond (empty: all true).
   void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
-                      const BatchTimeline& timeline, size_t batch_requests);
+                      const BatchTimeline& timeline, size_t batch_requests, const std::vector<bool>& respond = {});
   // Re-runs a failed batch in halves so that only the requests that fail alone fail (see above).
   // Precondition: nothing is staged on `executor` ahead of what this stages.
   void isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status);

@@ -24,7 +24,12 @@ from inferd.batching.cuda import (
     pinned_array,
 )
 from inferd.batching.ensemble import CoreEnsembleStep, EnsembleScheduler, SchedulerDirectory
-from inferd.batching.executor import Executor, RequestAnsweringExecutor, StagingExecutor
+from inferd.batching.executor import (
+    DecoupledExecutor,
+    Executor,
+    RequestAnsweringExecutor,
+    StagingExecutor,
+)
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "CoreTiming",
     "CudaEvent",
     "CudaStream",
+    "DecoupledExecutor",
     "DeviceBuffer",
     "DeviceBufferPool",
     "EnsembleScheduler",

@@ -64,8 +64,12 @@ def core_signature(
     max_batch_size: int,
     inputs: Sequence[TensorSignature],
     outputs: Sequence[TensorSignature],
+    *,
+    decoupled: bool = False,
 ) -> ModelSignature:
-    """What the core checks a model version's requests against and writes its answers from."""
+    """What the core checks a model version's requests against and writes its answers from.
+    ``decoupled``: the model's ``model_transaction_policy { decoupled: true }`` (any number of
+    responses per request: the core's transport serves it on ModelStreamInfer only)."""
     return _core.ModelSignature(
         name,
         version,
@@ -84,6 +88,7 @@ def core_signature(
             for t in inputs
         ],
         [(t.name, t.datatype.config_type, list(t.dims), t.reshape is not None) for t in outputs],
+        decoupled=decoupled,
     )
 
 

@@ -6,6 +6,7 @@ streams and buffer pools) depend on the batching layer and never the other way r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -56,3 +57,30 @@ class RequestAnsweringExecutor(Executor, Protocol):
     def execute_requests(
         self, requests: list[list[np.ndarray | None]]
     ) -> list[list[np.ndarray] | BaseException]: ...
+
+
+class DecoupledExecutor(Executor, Protocol):
+    """An executor whose model is decoupled (``model_transaction_policy { decoupled: true }``):
+    any number of responses per request, then a final flag. ``decoupled`` is a true attribute,
+    read once per instance; the core then calls ``execute_requests(requests, respond)`` (requests
+    as for ``RequestAnsweringExecutor``), where ``respond(index, answer)`` sends request ``index``
+    of the batch one more response that is not its last, as it goes: ``answer`` is its outputs
+    (as ``execute`` returns them) or an exception for an error response, after which the request
+    goes on. ``respond`` raises TypeError or ValueError for a malformed answer, IndexError for an
+    index outside the batch and RuntimeError once ``execute_requests`` has returned; it holds
+    the GIL and does not block. The list returned gives each request's final answer: its outputs
+    (a last response), an exception (a last error), or None (the final flag alone, no response).
+    Raising fails the whole batch.
+
+    The core's transport answers such a model on ModelStreamInfer only (each response as it
+    comes; ModelInfer answers UNIMPLEMENTED); a request answered through the completion queue
+    (the Python path) gets its final answer only.
+    """
+
+    decoupled: bool
+
+    def execute_requests(
+        self,
+        requests: list[list[np.ndarray | None]],
+        respond: Callable[[int, list[np.ndarray] | BaseException], None],
+    ) -> list[list[np.ndarray] | BaseException | None]: ...

@@ -181,6 +181,12 @@ class CoreStatisticsCollector(Collector):
                 "inferd_queue_duration_us",
                 "Time a request waited in the core's queue, in microseconds",
             ),
+            (
+                lambda s: s.first_response,
+                "inferd_first_response_duration_us",
+                "Time from a request's queueing to its first response, in microseconds: decoupled "
+                "models only (empty for the others)",
+            ),
         )
         for histogram, name, doc in histograms:
             latency = HistogramMetricFamily(name, doc, labels=MODEL_LABELS)
@@ -189,6 +195,15 @@ class CoreStatisticsCollector(Collector):
                     [c.name, c.version], *_cumulative_buckets(histogram(c.statistics))
                 )
             yield latency
+        responses = CounterMetricFamily(
+            "inferd_responses",
+            "Responses sent by decoupled models: streamed ones and final ones that carry a "
+            "response (ok or an error); 0 for other models",
+            labels=MODEL_LABELS,
+        )
+        for c in counters:
+            responses.add_metric([c.name, c.version], c.statistics.responses)
+        yield responses
         yield from _ensemble_steps(counters)
 
 

@@ -1,0 +1,208 @@
+"""Decoupled models through the core's own gRPC transport, with a decoupled Python executor on a
+core Scheduler routed by a published snapshot (no model repository): tritonclient streams get
+each request's responses in order, then its final flag (``triton_final_response``) when they ask
+for it; ModelInfer on such a model answers UNIMPLEMENTED."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+import inferd._core as _core
+from inferd.errors import InvalidArgument
+
+INT32 = 8  # DataType code of INT32 (TYPE_INT32)
+FINAL = "triton_final_response"
+
+
+class Counter:
+    """A decoupled model: a request [n] gets n responses [0] .. [n-1], then its final answer: the
+    final flag alone when n is even, a last response [100 + n] when n is odd. A request [7]
+    sends an error response after its response [2] and goes on. Each call also tries what
+    ``respond`` must refuse, and records what it raised."""
+
+    decoupled = True
+
+    def __init__(self) -> None:
+        self.refusals: list[type[BaseException]] = []
+
+    def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        raise AssertionError("execute() called on a decoupled executor")
+
+    def execute_requests(
+        self, requests: list[list[np.ndarray]], respond: Callable[[int, Any], None]
+    ) -> list[Any]:
+        for bad_index, bad_answer in ((len(requests), [np.zeros(1, np.int32)]), (0, [object()])):
+            try:
+                respond(bad_index, bad_answer)
+            except (IndexError, TypeError, ValueError) as e:
+                self.refusals.append(type(e))
+        finals: list[Any] = []
+        for index, inputs in enumerate(requests):
+            n = int(inputs[0][0])
+            for k in range(n):
+                respond(index, [np.array([k], dtype=np.int32)])
+                if n == 7 and k == 2:
+                    respond(index, InvalidArgument("7 stumbles after 2"))
+            finals.append(None if n % 2 == 0 else [np.array([100 + n], dtype=np.int32)])
+        return finals
+
+    def close(self) -> None:
+        pass
+
+
+class Served:
+    def __init__(self, port: int, scheduler: Any, executor: Counter) -> None:
+        self.url = f"127.0.0.1:{port}"
+        self.scheduler = scheduler
+        self.executor = executor
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    signature = _core.ModelSignature(
+        "counter",
+        "1",
+        0,
+        [("N", INT32, [1], None, False, False)],
+        [("K", INT32, [1], False)],
+        decoupled=True,
+    )
+    executor = Counter()
+    options = _core.BatcherOptions()
+    options.dynamic = True
+    options.max_batch_size = 8
+    scheduler = _core.Scheduler(
+        "counter",
+        options,
+        [executor],
+        [INT32],
+        _core.CompletionQueue(),
+        _core.PinnedBufferPool(1 << 20, False),
+    )
+    # Nothing listens on the backend: every call this test makes is answered in the core.
+    server = _core.GrpcServer(["127.0.0.1:0"], "unix:/nonexistent/inferd-backend", 1 << 22)
+    routes = [
+        ("counter", version, "counter", "1", scheduler, signature, b"", b"")
+        for version in ("", "1")
+    ]
+    server.publish(True, True, True, False, _core.TraceSampling(), routes)
+    try:
+        yield Served(server.ports[0], scheduler, executor)
+    finally:
+        server.shutdown(1.0)
+        scheduler.shutdown(False)
+
+
+def request_input(n: int) -> grpcclient.InferInput:
+    value = grpcclient.InferInput("N", [1], "INT32")
+    value.set_data_from_numpy(np.array([n], dtype=np.int32))
+    return value
+
+
+# One streamed answer: (request id, K or None for the empty response, final flag or None when
+# the response has none) or (request id, error message).
+Answer = tuple[str, int | None, bool | None] | tuple[str, str]
+
+
+def stream(url: str, ns: list[int], *, final_flag: bool) -> list[Answer]:
+    """Sends one request per n on one stream (ids "r<n>"), then closes it once every answer
+    arrived; returns the answers in arrival order."""
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    for n in ns:
+        client.async_stream_infer(
+            "counter",
+            [request_input(n)],
+            request_id=f"r{n}",
+            enable_empty_final_response=final_flag,
+        )
+    client.stop_stream()  # returns once the server ended the stream: every answer is in
+    client.close()
+    out: list[Answer] = []
+    while not answers.empty():
+        result, error = answers.get()
+        if error is not None:
+            out.append(("?", str(error.message())))
+            continue
+        response = result.get_response()
+        flag = response.parameters[FINAL].bool_param if FINAL in response.parameters else None
+        k = result.as_numpy("K")
+        out.append((response.id, None if k is None else int(k[0]), flag))
+    return out
+
+
+def expected(n: int, *, final_flag: bool) -> list[Answer]:
+    """What request [n] gets, in order."""
+    flag = False if final_flag else None
+    answers: list[Answer] = []
+    for k in range(n):
+        answers.append((f"r{n}", k, flag))
+        if n == 7 and k == 2:
+            answers.append(("?", "7 stumbles after 2"))
+    if n % 2 == 1:
+        answers.append((f"r{n}", 100 + n, True if final_flag else None))
+    elif final_flag:
+        answers.append((f"r{n}", None, True))  # the empty final response
+    return answers
+
+
+def of_request(answers: list[Answer], n: int) -> list[Answer]:
+    return [a for a in answers if a[0] == f"r{n}" or (n == 7 and a[0] == "?")]
+
+
+def test_each_request_gets_its_responses_in_order_then_its_final_flag(served: Served) -> None:
+    ns = [0, 1, 2, 5, 7]
+    answers = stream(served.url, ns, final_flag=True)
+    for n in ns:
+        assert of_request(answers, n) == expected(n, final_flag=True), n
+    assert len(answers) == sum(len(expected(n, final_flag=True)) for n in ns)
+    statistics = served.scheduler.statistics()
+    # Streamed: 0 + 1 + 2 + 5 + 7 (+ 1 error); finals with a response: 1, 5 and 7.
+    assert statistics.responses == 15 + 1 + 3
+    assert sum(statistics.first_response.counts) == len(ns)
+    # respond() refused an index outside the batch and an answer that is no array, each call.
+    assert set(served.executor.refusals) == {IndexError, ValueError}
+
+
+def test_without_the_final_flag_only_responses_arrive(served: Served) -> None:
+    ns = [2, 3, 4]
+    answers = stream(served.url, ns, final_flag=False)
+    for n in ns:
+        assert of_request(answers, n) == expected(n, final_flag=False), n
+    assert len(answers) == 2 + 4 + 4  # no empty response for the even ones
+
+
+def test_sixteen_concurrent_streams_each_get_their_answers_in_order(served: Served) -> None:
+    ns = [3, 6, 1, 4]
+    results: list[list[Answer]] = [[] for _ in range(16)]
+
+    def run(i: int) -> None:
+        results[i] = stream(served.url, ns, final_flag=True)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for answers in results:
+        for n in ns:
+            assert of_request(answers, n) == expected(n, final_flag=True), n
+
+
+def test_model_infer_on_a_decoupled_model_is_unimplemented(served: Served) -> None:
+    client = grpcclient.InferenceServerClient(served.url)
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("counter", [request_input(1)])
+    client.close()
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "model 'counter' is decoupled" in str(refused.value.message())
+    assert "use ModelStreamInfer" in str(refused.value.message())
