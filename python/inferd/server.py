@@ -291,8 +291,9 @@ async def create_server(
     if metrics is not None:
         registry.add_load_failure_listener(metrics.load_failed)
     dataplane = DataPlane(registry)
-    # Python models call other models (BLS) through the data plane, as clients' requests go.
-    registry.enable_model_calls(DataPlaneModelCaller(dataplane, loop))
+    # Python models call other models (BLS) through the data plane, as clients' requests go,
+    # and their worker restarts make them not ready.
+    registry.serve_python_models(DataPlaneModelCaller(dataplane, loop), loop)
     # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
     try:
         mode = ControlMode(settings.model_control_mode)

@@ -12,15 +12,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import ServerProcess, running_server
 
 ADD_SUB = """
 import json
+import os
 import time
 
 import numpy as np
@@ -36,6 +39,12 @@ class TritonPythonModel:
         self.delay = float(parameters.get("delay_s", {}).get("string_value", "0"))
         self.marker = parameters.get("finalize_marker", {}).get("string_value", "")
         self.batches = 0
+        # A restart (every initialize after the first) takes this long.
+        restart_delay = float(parameters.get("restart_delay_s", {}).get("string_value", "0"))
+        initialized = os.path.join(os.path.dirname(os.path.abspath(__file__)), "initialized")
+        if os.path.exists(initialized):
+            time.sleep(restart_delay)
+        open(initialized, "w").close()
 
     def execute(self, requests):
         time.sleep(self.delay)
@@ -62,7 +71,12 @@ class TritonPythonModel:
 
 
 def write_add_sub(
-    model_dir: Path, *, batching: bool, delay_s: float = 0.0, marker: str = ""
+    model_dir: Path,
+    *,
+    batching: bool,
+    delay_s: float = 0.0,
+    marker: str = "",
+    restart_delay_s: float = 0.0,
 ) -> None:
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "1" / "model.py").write_text(ADD_SUB)
@@ -75,7 +89,11 @@ def write_add_sub(
             f'{{ name: "{name}1" data_type: TYPE_FP32 dims: {dims} }} ]\n'
         )
 
-    parameters = {"delay_s": str(delay_s), "finalize_marker": marker}
+    parameters = {
+        "delay_s": str(delay_s),
+        "finalize_marker": marker,
+        "restart_delay_s": str(restart_delay_s),
+    }
     (model_dir / "config.pbtxt").write_text(
         f'name: "{model_dir.name}"\nbackend: "python"\n'
         f"max_batch_size: {8 if batching else 0}\n"
@@ -105,7 +123,8 @@ def server(root: Path) -> Iterator[ServerProcess]:
     write_add_sub(
         repository / "add_sub_finalized", batching=False, marker=str(root / "finalized.txt")
     )
-    names = ["add_sub", "add_sub_alone", "add_sub_slow", "add_sub_finalized"]
+    write_add_sub(repository / "add_sub_restart", batching=False, restart_delay_s=2.0)
+    names = ["add_sub", "add_sub_alone", "add_sub_slow", "add_sub_finalized", "add_sub_restart"]
     with running_server(
         repository,
         names,
@@ -152,6 +171,23 @@ def worker_pids(model: str) -> list[int]:
         if b"inferd.python_backend.worker" in argv and f"{model}_0".encode() in argv:
             found.append(int(entry))
     return found
+
+
+def wait_until_ready(client: grpcclient.InferenceServerClient, model: str) -> None:
+    deadline = time.monotonic() + 20
+    while not client.is_model_ready(model) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.is_model_ready(model)
+
+
+def model_health(server: ServerProcess, model: str) -> str:
+    """The gRPC health status of the model's own health service."""
+    with grpc.insecure_channel(server.url) as channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=f"inference.GRPCInferenceService/{model}"),
+            timeout=5,
+        )
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
 
 
 def dead(pid: int) -> bool:
@@ -233,6 +269,7 @@ def test_a_worker_killed_mid_batch_fails_its_request_and_the_next_is_served(
     )
     assert "killed by signal SIGKILL" in failure[0], failure
     with grpcclient.InferenceServerClient(server.url) as client:
+        wait_until_ready(client, "add_sub_slow")  # not ready while the worker restarts
         out_0, _ = add_sub(client, "add_sub_slow", 2)  # a fresh worker serves
         np.testing.assert_array_equal(out_0[0], 2 + np.arange(4, dtype=np.float32))
         assert client.is_server_live()
@@ -267,7 +304,35 @@ def test_a_worker_that_died_idle_is_restarted_before_the_next_request(
         time.sleep(0.02)
     assert dead(pid)
     with grpcclient.InferenceServerClient(server.url) as client:
+        wait_until_ready(client, "add_sub_alone")  # not ready while the worker restarts
         out_0, _ = add_sub(client, "add_sub_alone", 3)  # no request is lost to the dead worker
         np.testing.assert_array_equal(out_0[0], 3 + np.arange(4, dtype=np.float32))
     (restarted,) = worker_pids("add_sub_alone")
+    assert restarted != pid
+
+
+def test_a_worker_restart_makes_the_model_not_ready_until_it_serves_again(
+    server: ServerProcess,
+) -> None:
+    (pid,) = worker_pids("add_sub_restart")
+    with grpcclient.InferenceServerClient(server.url) as client:
+        assert client.is_model_ready("add_sub_restart")
+        os.kill(pid, signal.SIGKILL)  # idle: the server's watch on the process sees it
+        deadline = time.monotonic() + 5
+        while client.is_model_ready("add_sub_restart") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not client.is_model_ready("add_sub_restart")  # the restart takes 2 s
+        assert model_health(server, "add_sub_restart") == "NOT_SERVING"
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+        assert index["add_sub_restart"]["state"] == "UNAVAILABLE"
+        assert "restarting its worker" in index["add_sub_restart"]["reason"]
+        with pytest.raises(InferenceServerException, match="restarting its worker") as caught:
+            add_sub(client, "add_sub_restart", 1)
+        assert caught.value.status() == "StatusCode.UNAVAILABLE"
+        assert client.is_model_ready("add_sub")  # the other models serve on
+        wait_until_ready(client, "add_sub_restart")
+        assert model_health(server, "add_sub_restart") == "SERVING"
+        out_0, _ = add_sub(client, "add_sub_restart", 2)
+        np.testing.assert_array_equal(out_0[0], 2 + np.arange(4, dtype=np.float32))
+    (restarted,) = worker_pids("add_sub_restart")
     assert restarted != pid

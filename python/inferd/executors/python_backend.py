@@ -5,8 +5,12 @@ model code never holds the server's GIL and its crash does not take the server d
 The core hands an instance the batch's requests, not a gathered batch (the executor answers each
 request: ``RequestAnsweringExecutor``), and the model's ``execute(requests)`` gets them as the list
 it expects; each request is answered with its own response, an error response failing it alone.
-A worker that dies fails the batch it held with INTERNAL naming the model; the next batch (or
-the first batch after a worker died idle) starts a fresh worker first.
+A worker that dies fails the batch it held with INTERNAL naming the model and is restarted at
+once, on a thread of its own; one that dies idle is seen by a watch on its process (a pidfd)
+and restarted the same way. Until the restart completes the instance reports itself unhealthy
+(``health``), which makes the model not ready; a batch that comes meanwhile waits for the
+restart. A restart that fails leaves the instance unhealthy and is tried again by the next
+batch, which fails with INTERNAL if it fails again.
 
 A decoupled model's instance is a decoupled executor: the core passes ``respond`` with the batch
 and each streamed response goes to it as the worker sends it; the instance takes its next batch
@@ -15,7 +19,10 @@ once every request of this one has had its final flag.
 
 from __future__ import annotations
 
+import os
+import select
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +41,14 @@ from inferd.python_backend.process import (
 
 log = structlog.get_logger(__name__)
 
+# Told why an instance cannot serve (its worker is restarting), or None once it serves again.
+InstanceHealth = Callable[[str | None], None]
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
+
 
 class PythonBackendExecutor:
     """One instance of a python-backend model: its worker process, started here (``initialize``
@@ -48,17 +63,28 @@ class PythonBackendExecutor:
         start_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
         model_caller: ModelCaller | None = None,
+        health: InstanceHealth | None = None,
     ) -> None:
         self._spec = spec
         self._inputs = inputs
         self._outputs = outputs
         self._stop_grace_s = stop_grace_s
+        self._health = health
         # Read once by the core: a decoupled executor gets `respond` with each batch.
         self.decoupled = spec.decoupled
         self._process = PythonModelProcess(spec, model_caller)
         self._process.start(start_timeout_s)
+        self._lock = threading.Lock()  # held by a batch or a restart, one at a time
+        # Guarded by _state: a restart is due (the worker died, or its restart failed); the
+        # executor is closing; which worker the watches are for (one per started worker).
+        self._state = threading.Lock()
         self._needs_restart = False
-        self._lock = threading.Lock()  # the core's worker thread, or warm-up before serving
+        self._closing = False
+        self._generation = 0
+        self._wake_r, self._wake_w = os.pipe()  # written at close: ends every watch
+        # Closed with the executor, not at close(): a watch may still be about to select on it.
+        weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
+        self._watch(self._process.pid)
 
     @property
     def pid(self) -> int | None:
@@ -85,18 +111,8 @@ class PythonBackendExecutor:
             for inputs in requests
         ]
         with self._lock:
-            if self._needs_restart or not self._process.running:
-                log.warning(
-                    "restarting a python model's worker",
-                    model=self._spec.model_name,
-                    instance=self._spec.instance_name,
-                )
-                try:
-                    self._process.restart()
-                except errors.ModelLoadError as failed:  # the server's failure, not the client's
-                    self._needs_restart = True
-                    raise errors.Internal(str(failed)) from failed
-                self._needs_restart = False
+            if not self._restart_if_due_locked():
+                raise errors.Internal(f"{self._spec.describe()}: its worker cannot be restarted")
             try:
                 responses = self._process.execute(batch, self._streamed_to(respond))
             except WorkerDied as died:
@@ -107,9 +123,87 @@ class PythonBackendExecutor:
                     instance=self._spec.instance_name,
                     reason=str(died),
                 )
-                self._needs_restart = True
+                self._restart_soon(str(died))
                 raise
         return [None if r is None else self._answer(r) for r in responses]
+
+    def _restart_soon(self, reason: str) -> None:
+        """The worker died: the instance is unhealthy until a thread of its own restarts it."""
+        with self._state:
+            if self._closing or self._needs_restart:
+                return
+            self._needs_restart = True
+        if self._health is not None:
+            self._health(f"{self._spec.describe()} is restarting its worker ({reason})")
+        threading.Thread(
+            target=self._restart, name=f"inferd-restart-{self._spec.instance_name}", daemon=True
+        ).start()
+
+    def _restart(self) -> None:
+        with self._lock:
+            self._restart_if_due_locked()
+
+    def _restart_if_due_locked(self) -> bool:
+        """Restarts the worker when it died (also while idle); whether one serves now. Holds
+        ``_lock``. A failed restart leaves the instance unhealthy, saying why."""
+        with self._state:
+            if self._closing:
+                return False
+            due = self._needs_restart or not self._process.running
+            if not due:
+                return True
+            self._needs_restart = True
+            self._generation += 1  # the old worker's watch is stale from here
+            generation = self._generation
+        log.warning(
+            "restarting a python model's worker",
+            model=self._spec.model_name,
+            instance=self._spec.instance_name,
+        )
+        try:
+            self._process.restart()
+        except errors.ModelLoadError as failed:  # the server's failure, not the client's
+            log.error("a python model's worker failed to restart", reason=str(failed))
+            if self._health is not None:
+                self._health(f"its worker failed to restart: {failed}")
+            return False
+        with self._state:
+            if generation != self._generation or self._closing:
+                return True  # closed meanwhile: close() stops this worker
+            self._needs_restart = False
+        self._watch(self._process.pid)
+        if self._health is not None:
+            self._health(None)
+        return True
+
+    def _watch(self, pid: int | None) -> None:
+        """Watches the worker ``pid`` on a thread: its death while idle starts a restart."""
+        if pid is None:
+            return
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # no pidfd (an old kernel): an idle death is found by the next batch
+            return
+        with self._state:
+            generation = self._generation
+        threading.Thread(
+            target=self._await_exit,
+            args=(pidfd, pid, generation),
+            name=f"inferd-watch-{self._spec.instance_name}",
+            daemon=True,
+        ).start()
+
+    def _await_exit(self, pidfd: int, pid: int, generation: int) -> None:
+        try:
+            readable, _, _ = select.select([pidfd, self._wake_r], [], [])
+        finally:
+            os.close(pidfd)
+        if pidfd not in readable:
+            return  # closing
+        with self._state:
+            current = generation == self._generation and not self._closing
+        if current:
+            self._restart_soon(f"pid {pid} exited")
 
     def _streamed_to(
         self, respond: Callable[[int, Any], None] | None
@@ -148,4 +242,9 @@ class PythonBackendExecutor:
 
     def close(self) -> None:
         """Runs the model's ``finalize`` (SIGKILL when the grace passes first)."""
+        with self._state:
+            self._closing = True
+        os.write(self._wake_w, b"x")  # ends the watches, which would take the exit for a death
         self._process.stop(self._stop_grace_s)
+        if self._health is not None:
+            self._health(None)  # a closed instance holds nothing back

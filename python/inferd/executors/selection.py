@@ -6,12 +6,11 @@ worker process per instance for a python-backend model (backend python)."""
 from __future__ import annotations
 
 import importlib
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
-from google.protobuf import json_format
 
 from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching import CudaStream, DeviceBufferPool, Executor, HostBufferPool
@@ -25,7 +24,7 @@ from inferd.executors.onnxruntime_native import (
     NativeOnnxRuntimeExecutor,
     native_onnxruntime,
 )
-from inferd.executors.python_backend import PythonBackendExecutor
+from inferd.executors.python_backend import InstanceHealth, PythonBackendExecutor
 from inferd.executors.tensorrt import (
     TensorRtExecutor,
     build_engine,
@@ -34,6 +33,7 @@ from inferd.executors.tensorrt import (
     optimization_profile,
 )
 from inferd.python_backend.bls import ModelCaller
+from inferd.python_backend.model_config import config_json, execution_env
 from inferd.python_backend.process import WorkerSpec
 from inferd.repository.config import EXECUTOR, PYTHON_BACKEND, TENSORRT_PLATFORM
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
@@ -58,9 +58,11 @@ def create_executors(
     host_pool: HostBufferPool,
     engine_cache_dir: Path,
     model_caller: ModelCaller | None = None,
+    instance_health: Callable[[], InstanceHealth] | None = None,
 ) -> list[Executor]:
     """One executor per placement; on failure, the ones already made are closed.
-    ``model_caller`` runs a python model's calls to other models (BLS)."""
+    ``model_caller`` runs a python model's calls to other models (BLS); ``instance_health``
+    gives each python instance the callback it reports its worker's restarts to."""
     inputs = [t.name for t in config.input]
     outputs = [t.name for t in config.output]
     executors: list[Executor] = []
@@ -73,6 +75,7 @@ def create_executors(
                         inputs,
                         outputs,
                         model_caller=model_caller,
+                        health=None if instance_health is None else instance_health(),
                     )
                 )
             return executors
@@ -135,34 +138,21 @@ def create_executors(
         raise
 
 
-# Config parameter (Triton's): a python model's own Python environment. inferd takes a
-# virtualenv directory (its bin/python runs the worker); $$TRITON_MODEL_DIRECTORY stands for the
-# model's folder.
-EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
-
-
 def python_worker_spec(
     config: ModelConfig, model_file: Path, placement: InstancePlacement, index: int
 ) -> WorkerSpec:
     """How one instance's worker starts: Triton's initialize arguments and the model's file."""
     model_dir = model_file.parent.parent
-    env = None
-    if EXECUTION_ENV_PATH in config.parameters:
-        text = config.parameters[EXECUTION_ENV_PATH].string_value
-        env = Path(text.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir)))
-    as_dict = json_format.MessageToDict(config, preserving_proto_field_name=True)
-    for tensor in [*as_dict.get("input", []), *as_dict.get("output", [])]:
-        tensor["dims"] = [int(d) for d in tensor.get("dims", [])]  # int64 travels as text in JSON
     return WorkerSpec(
         model_name=config.name,
         model_version=int(model_file.parent.name),
         instance_name=f"{config.name}_{index}",
         model_file=model_file,
-        model_config_json=json.dumps(as_dict),
+        model_config_json=config_json(config),
         model_repository=model_dir,
         instance_kind="GPU" if placement.on_gpu else "CPU",
         device_id=max(placement.device_id, 0),
-        execution_env=env,
+        execution_env=execution_env(config, model_dir),
     )
 
 

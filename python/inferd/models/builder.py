@@ -4,9 +4,10 @@ scheduler. Nothing here is installed or served: that is ``inferd.models.registry
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +47,7 @@ from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
 
 if TYPE_CHECKING:
+    from inferd.executors.python_backend import InstanceHealth
     from inferd.python_backend.bls import ModelCaller
 
 log = structlog.get_logger(__name__)
@@ -117,6 +119,10 @@ class ModelVersionBuilder:
         # Runs python models' calls to other models (BLS); set by the server once its data
         # plane exists (None: such calls answer UNAVAILABLE).
         self.model_caller: ModelCaller | None = None
+        # Told (model name, instance key, why it cannot serve or None) when a python model's
+        # instance restarts its worker; keys are unique per instance built.
+        self.instance_health: Callable[[str, int, str | None], None] | None = None
+        self._instance_keys = itertools.count(1)
 
     def composing_models(self, name: str, override: ModelConfig | None = None) -> list[str]:
         """The models an ensemble's steps run, as its config states them (none for a model
@@ -222,6 +228,7 @@ class ModelVersionBuilder:
             self._pool,
             self._engine_cache_dir,
             self.model_caller,
+            self._health_callbacks(name),
         )
         try:
             # Before the version is ready: every instance runs the config's warm-up samples.
@@ -239,6 +246,18 @@ class ModelVersionBuilder:
             [t.datatype.config_type for t in outputs],
         )
         return LoadedModel(name, version, config, inputs, outputs, scheduler)
+
+    def _health_callbacks(self, name: str) -> Callable[[], InstanceHealth] | None:
+        """A factory of one health callback per instance of model ``name``."""
+        listener = self.instance_health
+        if listener is None:
+            return None
+
+        def callback() -> InstanceHealth:
+            key = next(self._instance_keys)
+            return lambda reason: listener(name, key, reason)
+
+        return callback
 
     def _build_ensemble(
         self,
@@ -263,7 +282,14 @@ class ModelVersionBuilder:
             scheduler = EnsembleScheduler(
                 self._dispatcher,
                 self._directory,
-                core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
+                core_signature(
+                    name,
+                    str(version),
+                    int(config.max_batch_size),
+                    inputs,
+                    outputs,
+                    decoupled=config.model_transaction_policy.decoupled,
+                ),
                 inputs,
                 outputs,
                 steps,

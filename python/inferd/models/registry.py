@@ -8,6 +8,7 @@ business; what loads when is the model control mode's (``inferd.models.control``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 from collections.abc import Callable
@@ -125,8 +126,11 @@ class ModelRegistry:
         # Each served model's positive version weights (inferd.version_weights; none: no entry).
         self._weights: dict[str, dict[int, int]] = {}
         self._statuses: dict[tuple[str, str], ModelStatus] = {}
-        # Loaded ensembles that cannot serve, with why: a composing model is not served.
+        # Loaded models that cannot serve, with why: an ensemble's composing model is not
+        # served, or a python model's instance restarts its worker (``_faults``).
         self._blocked: dict[str, str] = {}
+        self._faults: dict[tuple[str, int], str] = {}  # (model, instance key) -> why
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wanted: set[str] = set()  # models that should be serving (strict readiness)
         self._optional: set[str] = set()  # of those, the ones that never hold readiness back
         self._locks: dict[str, asyncio.Lock] = {}
@@ -135,9 +139,31 @@ class ModelRegistry:
         self._listeners: list[Callable[[], None]] = []
         self._load_failure_listeners: list[Callable[[str], None]] = []
 
-    def enable_model_calls(self, caller: ModelCaller) -> None:
-        """Python models built from now on call other models (BLS) through ``caller``."""
+    def serve_python_models(self, caller: ModelCaller, loop: asyncio.AbstractEventLoop) -> None:
+        """Python models built from now on call other models (BLS) through ``caller``, and
+        their instances' worker restarts (reported on any thread) change readiness on ``loop``:
+        the model is not ready while one of its instances restarts."""
         self._builder.model_caller = caller
+        self._loop = loop
+        self._builder.instance_health = self._instance_health
+
+    def _instance_health(self, name: str, key: int, reason: str | None) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: the server is gone
+            loop.call_soon_threadsafe(self._set_instance_fault, name, key, reason)
+
+    def _set_instance_fault(self, name: str, key: int, reason: str | None) -> None:
+        if reason is None:
+            if self._faults.pop((name, key), None) is None:
+                return
+        elif self._faults.get((name, key)) == reason:
+            return
+        else:
+            self._faults[(name, key)] = reason
+        log.info("model readiness", model=name, not_ready_because=reason)
+        self._changed()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """``listener`` is called (on the loop's thread) after every change of what serves."""
@@ -158,7 +184,9 @@ class ModelRegistry:
             for m in self.loaded()
             if not isinstance(m.scheduler, EnsembleScheduler)
         )
-        self._blocked = {}
+        self._blocked = {
+            name: reason for (name, _), reason in self._faults.items() if name in self._models
+        }
         for name, versions in self._models.items():
             missing = (
                 [
@@ -424,7 +452,8 @@ class ModelRegistry:
                 raise Unavailable(f"model {name!r} is not ready: {self._reason(name)}")
             raise NotFound(f"unknown model {name!r}")
         if name in self._blocked:
-            raise Unavailable(f"ensemble {name!r} is not ready: {self._blocked[name]}")
+            kind = "ensemble" if next(iter(versions.values())).composing else "model"
+            raise Unavailable(f"{kind} {name!r} is not ready: {self._blocked[name]}")
         if not version:
             return versions[max(versions)]
         return self._numbered(name, versions, version)

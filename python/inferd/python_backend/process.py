@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -35,10 +34,10 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-import inferd
 from inferd import errors
 from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs
+from inferd.python_backend.model_config import python_of, worker_environment
 
 log = structlog.get_logger(__name__)
 
@@ -173,16 +172,10 @@ class PythonModelProcess:
         return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
     def _python(self) -> str:
-        env = self._spec.execution_env
-        if env is None:
-            return sys.executable
-        python = env / "bin" / "python"
-        if not python.exists():
-            raise WorkerStartFailed(
-                f"{self._spec.describe()}: EXECUTION_ENV_PATH {env} is not a virtualenv "
-                f"directory ({python} does not exist)"
-            )
-        return str(python)
+        try:
+            return python_of(self._spec.execution_env, self._spec.describe())
+        except errors.ModelLoadError as error:
+            raise WorkerStartFailed(str(error)) from None
 
     def _command(self, python: str, fd: int) -> list[str]:
         spec = self._spec
@@ -217,10 +210,7 @@ class PythonModelProcess:
             raise errors.FailedPrecondition(f"{self._spec.describe()} is already started")
         python = self._python()
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
-        # The worker imports inferd from where this server's copy lives, also from a virtualenv.
-        package_root = str(Path(inferd.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env = worker_environment()
         try:
             self._process = subprocess.Popen(
                 self._command(python, child_end.fileno()),

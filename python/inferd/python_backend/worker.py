@@ -64,11 +64,20 @@ from inferd.python_backend import ipc, pb_utils
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="inferd.python_backend.worker")
     parser.add_argument("--model", required=True, help="the model's name")
-    parser.add_argument("--version", required=True, type=int, help="the model version")
-    parser.add_argument("--instance", required=True, help="the instance's name, e.g. add_sub_0")
     parser.add_argument("--model-file", required=True, type=Path, help="the version's model.py")
-    parser.add_argument("--fd", required=True, type=int, help="the control socket's descriptor")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--auto-complete-config",
+        action="store_true",
+        help="run auto_complete_config on the config JSON read from stdin, write the result to "
+        "stdout and exit (at load, before any instance starts)",
+    )
+    parser.add_argument("--version", type=int, help="the model version")
+    parser.add_argument("--instance", help="the instance's name, e.g. add_sub_0")
+    parser.add_argument("--fd", type=int, help="the control socket's descriptor")
+    options = parser.parse_args(argv)
+    if not options.auto_complete_config and None in (options.version, options.instance, options.fd):
+        parser.error("--version, --instance and --fd are required to serve an instance")
+    return options
 
 
 def _describe(error: BaseException) -> str:
@@ -502,13 +511,39 @@ def _outputs_of(response: Any, requested: list[str]) -> list[tuple[str, npt.NDAr
     return outputs
 
 
+def _auto_complete_config(options: argparse.Namespace, result_fd: int) -> int:
+    """Runs the model's auto_complete_config on the config read from stdin and writes the
+    completed config's JSON to ``result_fd``; on failure the last stderr line says why."""
+    sys.modules["triton_python_backend_utils"] = pb_utils
+    try:
+        config = pb_utils.ModelConfig(sys.stdin.read())
+        model_class = _import_model(options.model_file).TritonPythonModel
+        completed = model_class.auto_complete_config(config)
+        if not isinstance(completed, pb_utils.ModelConfig):
+            raise pb_utils.TritonModelException(
+                "auto_complete_config must return the ModelConfig it was given, "
+                f"got {type(completed).__name__}"
+            )
+    except Exception as error:
+        traceback.print_exc()
+        print(_describe(error), file=sys.stderr)
+        return 1
+    with os.fdopen(result_fd, "w") as result:
+        json.dump(completed.as_dict(), result)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
     # The server stops its workers itself; a terminal's Ctrl-C reaches the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    result_fd = os.dup(1)
     # stdout joins stderr: model prints reach the server's log, never its stdout.
     os.dup2(2, 1)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if options.auto_complete_config:
+        return _auto_complete_config(options, result_fd)
+    os.close(result_fd)
     os.set_inheritable(options.fd, False)  # processes the model starts must not hold the socket
     channel = ipc.Channel(socket.socket(fileno=options.fd))
     try:

@@ -14,6 +14,7 @@ from google.protobuf import json_format, text_format
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import ModelLoadError
+from inferd.python_backend.model_config import auto_complete, defines_auto_complete
 from inferd.repository.autocomplete import check_against_model, complete_config, read_onnx_signature
 from inferd.repository.honoured_fields import check_honoured
 from inferd.repository.instances import gpu_accelerator, resolve_instance_kinds
@@ -149,6 +150,11 @@ def load_model_config(
             f"model {name!r}: model_transaction_policy {{ decoupled: true }} is served for "
             'python models (backend: "python") only'
         )
+    if config.backend == PYTHON_BACKEND and defines_auto_complete(model_path):
+        config = auto_complete(config, model_path)
+        if config.name != name:
+            raise ModelLoadError(f"model {name!r}: auto_complete_config renamed the model")
+        check_honoured(config)
     if config.platform == TENSORRT_PLATFORM or config.backend == PYTHON_BACKEND:
         _check_stated_io(config)
         complete_config(config, [], [], default_max_batch_size)
