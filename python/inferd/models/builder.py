@@ -240,7 +240,14 @@ class ModelVersionBuilder:
         scheduler = ModelScheduler(
             self._dispatcher,
             self._pool,
-            core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
+            core_signature(
+                name,
+                str(version),
+                int(config.max_batch_size),
+                inputs,
+                outputs,
+                decoupled=config.model_transaction_policy.decoupled,
+            ),
             policy,
             executors,
             [t.datatype.config_type for t in outputs],
