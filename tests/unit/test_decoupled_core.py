@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import inferd._core as _core
-from inferd.errors import InvalidArgument
+from inferd.errors import ErrorCode, InvalidArgument
 
 INT32 = 8  # DataType code of INT32 (TYPE_INT32)
 FINAL = "triton_final_response"
@@ -59,8 +59,10 @@ class Counter:
 
 
 class Served:
-    def __init__(self, port: int, scheduler: Any, executor: Counter) -> None:
-        self.url = f"127.0.0.1:{port}"
+    def __init__(self, server: Any, routes: list[Any], scheduler: Any, executor: Counter) -> None:
+        self.url = f"127.0.0.1:{server.ports[0]}"
+        self.server = server
+        self.routes = routes
         self.scheduler = scheduler
         self.executor = executor
 
@@ -95,7 +97,7 @@ def served() -> Iterator[Served]:
     ]
     server.publish(True, True, True, False, _core.TraceSampling(), routes)
     try:
-        yield Served(server.ports[0], scheduler, executor)
+        yield Served(server, routes, scheduler, executor)
     finally:
         server.shutdown(1.0)
         scheduler.shutdown(False)
@@ -206,3 +208,16 @@ def test_model_infer_on_a_decoupled_model_is_unimplemented(served: Served) -> No
     assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
     assert "model 'counter' is decoupled" in str(refused.value.message())
     assert "use ModelStreamInfer" in str(refused.value.message())
+    failures = [(m, v, ErrorCode(code), n) for m, v, code, n in served.server.failures()]
+    assert failures == [("counter", "1", ErrorCode.UNIMPLEMENTED, 1)]
+
+
+def test_decoupled_requests_stay_in_the_core_when_python_would_observe_them(
+    served: Served,
+) -> None:
+    # Every inference forwarded to Python, and every one sampled for tracing: the backend is not
+    # there, so a forwarded request would fail; a decoupled one is still answered in the core.
+    everything = _core.TraceSampling(True, False, 1.0)
+    served.server.publish(True, True, True, True, everything, served.routes)
+    answers = stream(served.url, [3], final_flag=True)
+    assert answers == expected(3, final_flag=True)
