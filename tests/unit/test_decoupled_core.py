@@ -67,8 +67,8 @@ class Served:
         self.executor = executor
 
 
-@pytest.fixture
-def served() -> Iterator[Served]:
+@pytest.fixture(params=[1024])
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     signature = _core.ModelSignature(
         "counter",
         "1",
@@ -90,7 +90,12 @@ def served() -> Iterator[Served]:
         _core.PinnedBufferPool(1 << 20, False),
     )
     # Nothing listens on the backend: every call this test makes is answered in the core.
-    server = _core.GrpcServer(["127.0.0.1:0"], "unix:/nonexistent/inferd-backend", 1 << 22)
+    server = _core.GrpcServer(
+        ["127.0.0.1:0"],
+        "unix:/nonexistent/inferd-backend",
+        1 << 22,
+        max_stream_outstanding=request.param,
+    )
     routes = [
         ("counter", version, "counter", "1", scheduler, signature, b"", b"")
         for version in ("", "1")
@@ -221,3 +226,16 @@ def test_decoupled_requests_stay_in_the_core_when_python_would_observe_them(
     served.server.publish(True, True, True, True, everything, served.routes)
     answers = stream(served.url, [3], final_flag=True)
     assert answers == expected(3, final_flag=True)
+
+
+@pytest.mark.parametrize("served", [1], indirect=True)
+def test_streamed_responses_do_not_count_as_answered_requests(served: Served) -> None:
+    # One request read and not finally answered at a time: the stream reads the next request only
+    # once the last one's final answer is sent, however many responses came before it.
+    ns = [3, 2, 4, 1]
+    done: list[list[Answer]] = []
+    client = threading.Thread(target=lambda: done.append(stream(served.url, ns, final_flag=True)))
+    client.start()
+    client.join(20)
+    assert done, "the stream did not finish"
+    assert done[0] == [a for n in ns for a in expected(n, final_flag=True)]  # one at a time
