@@ -17,11 +17,14 @@ namespace {
 
 constexpr char kModelInferMethod[] = "/inference.GRPCInferenceService/ModelInfer";
 
-// A ModelStreamInferResponse wrapping a serialized ModelInferResponse (infer_response = 2).
-grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response) {
+// A ModelStreamInferResponse wrapping a serialized ModelInferResponse (infer_response = 2), with
+// `triton_final_response: true` added when the request asked for the flag (the backend's answer is
+// the request's only one, and Python does not write the flag).
+grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool wants_flag) {
   ReceivedMessage received;
   std::string bytes;
   if (receive(infer_response, &received)) bytes = std::string(received.bytes);
+  if (wants_flag) bytes += final_response_parameter(true);
   std::string wrapped(length_delimited_size(2, bytes.size()), '\0');
   WireWriter writer(reinterpret_cast<std::byte*>(wrapped.data()), wrapped.size());
   writer.bytes_field(2, bytes);
@@ -132,7 +135,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
       if (route != nullptr) record_failure(*transport_, *route, completion.status, id, *context_);
-      return answer_error(to_grpc_status(completion.status), id, /*ends_request=*/true);
+      const std::optional<bool> flag = completion.request ? final_flag(*completion.request, true) : std::nullopt;
+      return answer_error(to_grpc_status(completion.status), id, /*ends_request=*/true, flag);
     }
     const InferenceRequest& request = *completion.request;
     if (!completion.respond) {  // a decoupled request's final flag alone
@@ -146,17 +150,22 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     const Status failed = write_answer(request, completion.outputs, &bytes, final_flag(request, true));
     if (!failed.ok()) {
       if (route != nullptr) record_failure(*transport_, *route, failed, id, *context_);
-      return answer_error(to_grpc_status(failed), id, /*ends_request=*/true);
+      return answer_error(to_grpc_status(failed), id, /*ends_request=*/true, final_flag(request, true));
     }
     send(std::move(bytes), /*ends_request=*/true);
   }
 
   // One response of a decoupled model's request before its final one (on a core worker thread).
   void respond(const InferenceRequest& request, RequestResult&& response) override {
-    if (!response.status.ok()) return answer_error(to_grpc_status(response.status), request.id, /*ends_request=*/false);
+    if (!response.status.ok()) {
+      return answer_error(to_grpc_status(response.status), request.id, /*ends_request=*/false,
+                          final_flag(request, false));
+    }
     grpc::ByteBuffer bytes;
     const Status failed = write_answer(request, response.outputs, &bytes, final_flag(request, false));
-    if (!failed.ok()) return answer_error(to_grpc_status(failed), request.id, /*ends_request=*/false);
+    if (!failed.ok()) {
+      return answer_error(to_grpc_status(failed), request.id, /*ends_request=*/false, final_flag(request, false));
+    }
     send(std::move(bytes), /*ends_request=*/false);
   }
 
@@ -177,6 +186,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       return answer_error(over_budget(request.Length(), *transport_->inflight), std::string(parsed.id),
                           /*ends_request=*/true);
     }
+    const WireParameter* flag = find_parameter(parsed.parameters, "triton_enable_empty_final_response");
+    const bool wants_flag = flag != nullptr && flag->kind == WireParameter::Kind::kBool && flag->bool_value;
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     const std::shared_ptr<const ModelRoute> route =
         snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
@@ -185,9 +196,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     const bool decoupled = route != nullptr && route->signature != nullptr && route->signature->decoupled;
     bool sampled;
     if (!decoupled && sent_to_python(*snapshot, *context_, &sampled)) {
-      return forward(request, std::string(parsed.id), sampled, std::move(reservation));
+      return forward(request, std::string(parsed.id), sampled, wants_flag, std::move(reservation));
     }
-    if (route == nullptr) return forward(request, std::string(parsed.id), false, std::move(reservation));
+    if (route == nullptr) return forward(request, std::string(parsed.id), false, wants_flag, std::move(reservation));
 
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
@@ -200,9 +211,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       record_failure(*transport_, *route, status, parsed.id, *context_);
       return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     }
-    const WireParameter* final_flag = find_parameter(parsed.parameters, "triton_enable_empty_final_response");
-    inference->final_response_flag =
-        final_flag != nullptr && final_flag->kind == WireParameter::Kind::kBool && final_flag->bool_value;
+    inference->final_response_flag = wants_flag;
     const uint64_t token = inference->token;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -230,8 +239,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     return request.final_response_flag ? std::optional<bool>(last) : std::nullopt;
   }
 
-  // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing.
-  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled,
+  // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing;
+  // `wants_flag`: its answer carries triton_final_response (true: it is the only one).
+  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled, bool wants_flag,
                std::shared_ptr<ByteReservation> reservation) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
@@ -248,15 +258,15 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     refs_.fetch_add(1, std::memory_order_relaxed);
     transport_->backend->UnaryCall(
         &call->context, kModelInferMethod, grpc::StubOptions(), &call->request, &call->response,
-        [this, call, id = std::move(id), reservation = std::move(reservation)](grpc::Status status) {
+        [this, call, id = std::move(id), wants_flag, reservation = std::move(reservation)](grpc::Status status) {
           {
             std::lock_guard<std::mutex> lock(mutex_);
             forwarded_.erase(call);
           }
           if (status.ok()) {
-            send(stream_answer(call->response), /*ends_request=*/true);
+            send(stream_answer(call->response, wants_flag), /*ends_request=*/true);
           } else {
-            answer_error(status, id, /*ends_request=*/true);
+            answer_error(status, id, /*ends_request=*/true, wants_flag ? std::optional<bool>(true) : std::nullopt);
           }
           unref();
         });
@@ -274,8 +284,10 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   }
 
   // One request failed (`ends_request`), or one of a decoupled request's responses is an error:
-  // its error answer, or the end of the call with `triton_grpc_error`.
-  void answer_error(const grpc::Status& status, const std::string& id, bool ends_request) {
+  // its error answer (with `final_response`, see final_flag), or the end of the call with
+  // `triton_grpc_error`.
+  void answer_error(const grpc::Status& status, const std::string& id, bool ends_request,
+                    std::optional<bool> final_response = std::nullopt) {
     if (end_on_error_) {
       std::unique_lock<std::mutex> lock(mutex_);
       if (ends_request) answer_dropped_locked();
@@ -283,7 +295,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       after_change(std::move(lock));
       return;
     }
-    send(message(stream_error_response(status.error_message(), id)), ends_request);
+    send(message(stream_error_response(status.error_message(), id, final_response)), ends_request);
   }
 
   // Queues one answer; each is sent after the one before it. `ends_request`: the request's last.

@@ -191,8 +191,10 @@ void InferResponseWriter::write(std::byte* out) const {
   }
 }
 
-std::string stream_error_response(std::string_view message, std::string_view id) {
-  const size_t inner = string_field_size(response_field::kId, id);
+std::string stream_error_response(std::string_view message, std::string_view id, std::optional<bool> final_response) {
+  const size_t inner =
+      string_field_size(response_field::kId, id) +
+      (final_response ? length_delimited_size(response_field::kParameters, final_response_entry_size()) : 0);
   const size_t size = string_field_size(stream_field::kErrorMessage, message) +
                       length_delimited_size(stream_field::kInferResponse, inner);
   std::string out(size, '\0');
@@ -200,6 +202,14 @@ std::string stream_error_response(std::string_view message, std::string_view id)
   write_string_field(&writer, stream_field::kErrorMessage, message);
   writer.length_prefix(stream_field::kInferResponse, inner);
   write_string_field(&writer, response_field::kId, id);
+  if (final_response) write_final_response(&writer, *final_response);
+  return out;
+}
+
+std::string final_response_parameter(bool last) {
+  std::string out(length_delimited_size(response_field::kParameters, final_response_entry_size()), '\0');
+  WireWriter writer(reinterpret_cast<std::byte*>(out.data()), out.size());
+  write_final_response(&writer, last);
   return out;
 }
 

@@ -611,6 +611,16 @@ TEST(InferRequestParser, StreamErrorResponseBytes) {
   EXPECT_EQ(stream_error_response("bad", ""), std::string("\x0a\x03"
                                                           "bad\x12\x00",
                                                           7));
+  // With the final flag (as protobuf writes it: id, then the parameters map).
+  const std::string flag("\x22\x1b\x0a\x15triton_final_response\x12\x02\x08", 28);
+  EXPECT_EQ(stream_error_response("bad", "r", false), std::string("\x0a\x03"
+                                                                  "bad\x12\x20\x1a\x01r",
+                                                                  10) +
+                                                          flag + '\x00');
+  EXPECT_EQ(stream_error_response("bad", "r", true), std::string("\x0a\x03"
+                                                                 "bad\x12\x20\x1a\x01r",
+                                                                 10) +
+                                                         flag + '\x01');
 }
 
 }  // namespace

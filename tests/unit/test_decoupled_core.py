@@ -8,14 +8,18 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import inferd._core as _core
+from inferd._proto import grpc_service_pb2 as pb
 from inferd.errors import ErrorCode, InvalidArgument
 
 INT32 = 8  # DataType code of INT32 (TYPE_INT32)
@@ -239,3 +243,80 @@ def test_streamed_responses_do_not_count_as_answered_requests(served: Served) ->
     client.join(20)
     assert done, "the stream did not finish"
     assert done[0] == [a for n in ns for a in expected(n, final_flag=True)]  # one at a time
+
+
+def raw_stream(url: str, requests: list[bytes]) -> list[Any]:
+    """The ModelStreamInferResponses of one stream, as protobuf parses them."""
+    with grpc.insecure_channel(url) as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            response_deserializer=pb.ModelStreamInferResponse.FromString,
+        )
+        return list(call(iter(requests), timeout=20))
+
+
+def counter_request(n: int, *, final_flag: bool) -> bytes:
+    request = pb.ModelInferRequest(model_name="counter", id=f"r{n}")
+    request.inputs.add(name="N", datatype="INT32", shape=[1])
+    request.raw_input_contents.append(np.array([n], dtype=np.int32).tobytes())
+    request.parameters["triton_enable_empty_final_response"].bool_param = final_flag
+    return request.SerializeToString()
+
+
+def test_an_error_response_says_whether_it_ends_the_request(served: Served) -> None:
+    answers = raw_stream(served.url, [counter_request(7, final_flag=True)])
+    errors = [a for a in answers if a.error_message]
+    assert [e.error_message for e in errors] == ["7 stumbles after 2"]
+    (error,) = errors
+    assert error.infer_response.id == "r7"
+    assert all(FINAL in a.infer_response.parameters for a in answers)
+    assert not error.infer_response.parameters[FINAL].bool_param  # request 7 goes on
+    assert [a.infer_response.parameters[FINAL].bool_param for a in answers] == [False] * 8 + [True]
+
+
+@pytest.fixture
+def forwarding(tmp_path: Path) -> Iterator[str]:
+    """A core server whose every inference goes to a backend that answers K = [41]."""
+
+    def model_infer(request: bytes, context: grpc.ServicerContext) -> bytes:
+        asked = pb.ModelInferRequest.FromString(request)
+        answer = pb.ModelInferResponse(model_name=asked.model_name, id=asked.id)
+        answer.outputs.add(name="K", datatype="INT32", shape=[1])
+        answer.raw_output_contents.append(np.array([41], dtype=np.int32).tobytes())
+        return bytes(answer.SerializeToString())
+
+    backend = grpc.server(ThreadPoolExecutor(2))
+    backend.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "inference.GRPCInferenceService",
+                {"ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer)},
+            ),
+        )
+    )
+    address = f"unix:{tmp_path / 'backend.sock'}"
+    backend.add_insecure_port(address)
+    backend.start()
+    server = _core.GrpcServer(["127.0.0.1:0"], address, 1 << 22)
+    server.publish(True, True, True, True, _core.TraceSampling(), [])
+    try:
+        yield f"127.0.0.1:{server.ports[0]}"
+    finally:
+        server.shutdown(1.0)
+        backend.stop(None)
+
+
+def test_a_forwarded_answer_carries_the_final_flag_when_asked(forwarding: str) -> None:
+    answers = raw_stream(
+        forwarding,
+        [counter_request(1, final_flag=True), counter_request(2, final_flag=False)],
+    )
+    # Forwarded answers come as they complete, in either order.
+    flagged, plain = sorted(answers, key=lambda a: str(a.infer_response.id))
+    assert not flagged.error_message and not plain.error_message
+    # Appended after the backend's outputs: protobuf reads the map entry there.
+    assert flagged.infer_response.id == "r1"
+    assert flagged.infer_response.parameters[FINAL].bool_param
+    assert flagged.infer_response.raw_output_contents == [np.array([41], np.int32).tobytes()]
+    assert plain.infer_response.id == "r2"
+    assert FINAL not in plain.infer_response.parameters

@@ -77,7 +77,14 @@ class InferResponseWriter {
 };
 
 // A ModelStreamInferResponse that reports one failed request: `error_message` and an
-// infer_response carrying only the request's `id` (Triton's way of saying which request failed).
-std::string stream_error_response(std::string_view message, std::string_view id);
+// infer_response carrying only the request's `id` (Triton's way of saying which request failed),
+// and `triton_final_response` when given (a request with final_response_flag: true when the error
+// ends it, false for a decoupled model's error response after which it goes on).
+std::string stream_error_response(std::string_view message, std::string_view id,
+                                  std::optional<bool> final_response = std::nullopt);
+
+// The ModelInferResponse field `parameters { "triton_final_response": bool }`, serialized: appended
+// to a serialized ModelInferResponse, it adds the flag (protobuf reads map entries in any place).
+std::string final_response_parameter(bool last);
 
 }  // namespace inferd
