@@ -245,14 +245,23 @@ def test_streamed_responses_do_not_count_as_answered_requests(served: Served) ->
     assert done[0] == [a for n in ns for a in expected(n, final_flag=True)]  # one at a time
 
 
-def raw_stream(url: str, requests: list[bytes]) -> list[Any]:
-    """The ModelStreamInferResponses of one stream, as protobuf parses them."""
+def raw_stream(
+    url: str, requests: list[bytes], metadata: tuple[tuple[str, str], ...] = ()
+) -> list[Any]:
+    """The ModelStreamInferResponses of one stream, as protobuf parses them; a call that ends
+    with an error status adds that grpc.RpcError last."""
+    answers: list[Any] = []
     with grpc.insecure_channel(url) as channel:
         call = channel.stream_stream(
             "/inference.GRPCInferenceService/ModelStreamInfer",
             response_deserializer=pb.ModelStreamInferResponse.FromString,
         )
-        return list(call(iter(requests), timeout=20))
+        try:
+            for answer in call(iter(requests), timeout=20, metadata=metadata):
+                answers.append(answer)
+        except grpc.RpcError as error:
+            answers.append(error)
+    return answers
 
 
 def counter_request(n: int, *, final_flag: bool) -> bytes:
@@ -272,6 +281,22 @@ def test_an_error_response_says_whether_it_ends_the_request(served: Served) -> N
     assert all(FINAL in a.infer_response.parameters for a in answers)
     assert not error.infer_response.parameters[FINAL].bool_param  # request 7 goes on
     assert [a.infer_response.parameters[FINAL].bool_param for a in answers] == [False] * 8 + [True]
+
+
+def test_with_triton_grpc_error_an_error_response_ends_the_call(served: Served) -> None:
+    answers = raw_stream(
+        served.url, [counter_request(7, final_flag=True)], (("triton_grpc_error", "true"),)
+    )
+    *responses, ended = answers
+    assert isinstance(ended, grpc.RpcError)
+    assert ended.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ended.details() == "7 stumbles after 2"
+    # The call ends at once, as with any error under triton_grpc_error: responses still queued
+    # for sending are dropped, so those before the error arrive as a prefix, in order.
+    values = [
+        int(np.frombuffer(a.infer_response.raw_output_contents[0], np.int32)[0]) for a in responses
+    ]
+    assert values == [0, 1, 2][: len(values)]
 
 
 @pytest.fixture
