@@ -1430,6 +1430,104 @@ TEST_F(GrpcServerTest, StreamInferWithTritonGrpcErrorEndsTheCallOnTheFirstError)
   EXPECT_EQ(status.error_message(), expected.message);
 }
 
+// A decoupled model: a request whose first value is n gets n responses, the k-th four values k
+// (shape [1, 4]), 1 ms apart (so that they meet the stream's writes in flight), then its final flag
+// alone.
+class CountdownExecutor : public Executor {
+ public:
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
+  }
+  bool decoupled() const override { return true; }
+  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto n = static_cast<int>(*reinterpret_cast<const float*>(requests[i].at(0).data));
+      for (int k = 0; k < n; ++k) {
+        auto values = std::make_shared<std::vector<float>>(4, static_cast<float>(k));
+        RequestResult response;
+        response.outputs.push_back(
+            Tensor{DataType::kFp32, {1, 4}, reinterpret_cast<const std::byte*>(values->data()), 16, values});
+        responses->respond(i, std::move(response));
+        std::this_thread::sleep_for(1ms);
+      }
+      RequestResult flag_only;
+      flag_only.respond = false;
+      results->push_back(std::move(flag_only));
+    }
+    return Status::Ok();
+  }
+};
+
+TEST_F(GrpcServerTest, ConcurrentStreamsOfADecoupledModelGetEachResponseInOrderThenTheFinalFlag) {
+  auto signature = std::make_shared<ModelSignature>(*signature_);
+  signature->name = "countdown";
+  signature->decoupled = true;
+  SchedulerOptions options;
+  options.model_name = "countdown";
+  options.batching.dynamic = true;
+  options.batching.max_batch_size = 8;
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<CountdownExecutor>());
+  auto scheduler = std::make_shared<Scheduler>(options, std::move(instances), std::make_shared<CompletionQueue>(),
+                                               std::make_shared<PinnedBufferPool>(1 << 24, false));
+  auto route = std::make_shared<ModelRoute>();
+  route->model = "countdown";
+  route->version = "1";
+  route->scheduler = scheduler;
+  route->signature = signature;
+  publish([&](ServingSnapshot& snapshot) {
+    snapshot.models["countdown"][""] = route;
+    snapshot.schedulers.push_back(scheduler);
+  });
+  // ModelInferRequest.parameters {"triton_enable_empty_final_response": bool_param true}
+  const std::string wants_flag = ld(4, ld(1, "triton_enable_empty_final_response") + ld(2, key(1, 0) + varint(1)));
+  const std::string final_true("triton_final_response\x12\x02\x08\x01", 25);
+  const std::string final_false("triton_final_response\x12\x02\x08\x00", 25);
+  const std::vector<int> counts = {3, 0, 5, 1};
+  constexpr int kStreams = 8;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kStreams; ++c) {
+    clients.emplace_back([&, c] {
+      StreamClient stream(stub_.get(), method("ModelStreamInfer"));
+      for (int n : counts) {
+        stream.write(infer_request("countdown", std::to_string(c) + "-" + std::to_string(n),
+                                   rows_from(static_cast<float>(n), 1), 1) +
+                     wants_flag);
+      }
+      std::map<std::string, int> next;  // id -> responses seen; -1 once its final flag came
+      size_t messages = 0;
+      std::string bytes;
+      while (messages < 9 + counts.size() && stream.read(&bytes)) {
+        ++messages;
+        StreamAnswer answer;
+        ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+        EXPECT_EQ(answer.error_message, "");
+        const std::string& id = answer.infer.id;
+        const int n = std::stoi(id.substr(id.find('-') + 1));
+        if (answer.infer_bytes.find(final_true) != std::string::npos) {
+          EXPECT_TRUE(answer.infer.outputs.empty()) << id;  // the empty final response
+          EXPECT_EQ(next[id], n) << id << ": final flag before its responses";
+          next[id] = -1;
+          continue;
+        }
+        EXPECT_NE(answer.infer_bytes.find(final_false), std::string::npos) << id;
+        ASSERT_EQ(answer.infer.raw.size(), 1u) << id;
+        EXPECT_EQ(answer.infer.values(0), std::vector<float>(4, static_cast<float>(next[id]))) << id;
+        ++next[id];
+      }
+      EXPECT_EQ(messages, 9 + counts.size());
+      for (int n : counts) EXPECT_EQ(next[std::to_string(c) + "-" + std::to_string(n)], -1) << n;
+      stream.writes_done();
+      const grpc::Status status = stream.finish();
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    });
+  }
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(backend_->call_count(), 0u);
+  EXPECT_EQ(scheduler->statistics().responses, static_cast<uint64_t>(kStreams * 9));
+}
+
 // --- 7. invalid bytes ----------------------------------------------------------------------------
 
 TEST_F(GrpcServerTest, InvalidRequestBytesAreInvalidArgumentAndServingGoesOn) {
