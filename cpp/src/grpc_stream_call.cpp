@@ -36,19 +36,21 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool want
 // request's id, and the stream goes on - unless the client sent `triton_grpc_error: true` (Triton's
 // opt-in), which ends the call with the first error's status. A decoupled model's request
 // (ModelSignature::decoupled) is answered with each of its responses as the model sends them
-// (CompletionSink::respond; an error response is sent as an error answer, and the request goes on),
+// (CompletionSink::respond; an error response is sent as an error answer and the request goes on),
 // then its final one; a final flag without a response is sent as an empty response when the
-// request asked for it (triton_enable_empty_final_response), else nothing is sent for it. A request
-// with that parameter gets `triton_final_response` on each response: false but on its last. A message that does not
-// parse as a ModelInferRequest ends the call with INVALID_ARGUMENT once the requests read before it are answered and
-// sent. Requests without a route, and those Python observes (sent_to_python: sampled for tracing, verbose logs), go one
-// by one to the backend's ModelInfer.
+// request asked for it (triton_enable_empty_final_response), else nothing is sent for it. A
+// request with that parameter gets `triton_final_response` on each answer: false but on its last.
+// A message that does not parse as a ModelInferRequest ends the call with INVALID_ARGUMENT once
+// the requests read before it are answered and sent. Requests without a route, and those Python
+// observes (sent_to_python: sampled for tracing, verbose logs) unless decoupled, go one by one to
+// the backend's ModelInfer.
 //
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
-// read and not yet finally answered and sent (outstanding_ counts requests, not writes), beyond which reading waits (a
-// client that sends without reading is held back by gRPC's flow control instead of being buffered); the call finishes
-// once the client has stopped sending and every answer is sent, or at the first failure of the stream itself; the
-// object lives until grpc is done (OnDone) and every request it submitted or forwarded has come back.
+// read and not yet finally answered and sent (outstanding_ counts requests, not writes), beyond
+// which reading waits (a client that sends without reading is held back by gRPC's flow control
+// instead of being buffered); the call finishes once the client has stopped sending and every
+// answer is sent, or at the first failure of the stream itself; the object lives until grpc is
+// done (OnDone) and every request it submitted or forwarded has come back.
 class StreamInferCall final : public grpc::ServerGenericBidiReactor, public CompletionSink {
  public:
   StreamInferCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
