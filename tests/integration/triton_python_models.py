@@ -1,0 +1,253 @@
+"""A repository of Triton python-backend models written here from Triton's documented API (the
+python_backend README's Business Logic Scripting and Decoupled mode sections and the shapes of
+its bls and repeat examples), not copied: what tests/integration/test_triton_python_models.py
+serves.
+
+* ``scale`` (ONNX): ``OUTPUT0 = INPUT0 * WEIGHT + BIAS``, FP32 [batch, 4], element by element (so
+  a row's answer never depends on what it is batched with).
+* ``bls_sync``: ``execute`` calls the model named by its ``MODEL_NAME`` input with
+  ``InferenceRequest(...).exec()`` and answers twice its ``OUTPUT0``; a failed call becomes this
+  request's error response ("BLS call to '<model>' failed: <the call's message>").
+* ``bls_async``: ``async def execute`` sends three calls per request (``INPUT0``, ``+1``, ``+2``),
+  all requests' calls at once through ``asyncio.gather`` of ``async_exec()``, and answers the sum
+  of their ``OUTPUT0``; a failed call raises ``TritonModelException`` with the call's message.
+* ``repeat_int32`` (``decoupled: true``): for each request, one response per element of ``IN``
+  (``OUT`` = the element, ``IDX`` = its index; ``DELAY`` [ms] waited before each), sent through
+  ``request.get_response_sender()``, then the final flag alone; ``execute`` returns None.
+* ``repeat_threaded``: the same, sent from a thread that ``execute`` starts and does not wait for
+  (Triton allows responses after ``execute`` returned); ``finalize`` waits for those threads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from inferd.examples import IR_VERSION, OPSET
+
+SCALE_WEIGHT: Final = np.array([0.5, -2.0, 3.25, 1.0], dtype=np.float32)
+SCALE_BIAS: Final = np.array([1.0, 0.0, -0.75, 10.0], dtype=np.float32)
+WIDTH: Final = 4
+
+SCALE_CONFIG: Final = """\
+name: "scale"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+
+BLS_SYNC_MODEL: Final = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            model_name = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()
+            target = model_name.flat[0].decode()
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            call = pb_utils.InferenceRequest(
+                model_name=target,
+                requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", in_0.as_numpy())],
+            )
+            response = call.exec()
+            if response.has_error():
+                error = pb_utils.TritonError(
+                    f"BLS call to '{target}' failed: {response.error().message()}"
+                )
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            out = pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", out * 2)])
+            )
+        return responses
+"""
+
+BLS_ASYNC_MODEL: Final = """\
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SHIFTS = (0, 1, 2)
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        calls = []
+        for request in requests:
+            target = pb_utils.get_input_tensor_by_name(request, "MODEL_NAME").as_numpy()
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            for shift in SHIFTS:
+                call = pb_utils.InferenceRequest(
+                    model_name=target.flat[0].decode(),
+                    requested_output_names=["OUTPUT0"],
+                    inputs=[pb_utils.Tensor("INPUT0", in_0 + np.float32(shift))],
+                )
+                calls.append(call.async_exec())
+        answers = await asyncio.gather(*calls)
+        for answer in answers:
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+        responses = []
+        for i in range(len(requests)):
+            parts = answers[i * len(SHIFTS) : (i + 1) * len(SHIFTS)]
+            outs = [pb_utils.get_output_tensor_by_name(p, "OUTPUT0").as_numpy() for p in parts]
+            total = outs[0] + outs[1] + outs[2]
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", total)])
+            )
+        return responses
+"""
+
+BLS_CONFIG: Final = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [
+  {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
+  {{ name: "MODEL_NAME" data_type: TYPE_STRING dims: [ 1 ] }}
+]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+"""
+
+REPEAT_MODEL: Final = """\
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def repeat(request):
+    sender = request.get_response_sender()
+    values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+    delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+    for index, value in enumerate(values):
+        time.sleep(float(delays[index]) / 1000)
+        out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+        idx = pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32))
+        sender.send(pb_utils.InferenceResponse(output_tensors=[out, idx]))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        model_config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(model_config):
+            raise pb_utils.TritonModelException("repeat needs decoupled: true")
+
+    def execute(self, requests):
+        for request in requests:
+            repeat(request)
+        return None
+"""
+
+REPEAT_THREADED_MODEL: Final = """\
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def repeat(request):
+    sender = request.get_response_sender()
+    values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+    delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+    for index, value in enumerate(values):
+        time.sleep(float(delays[index]) / 1000)
+        out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+        idx = pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32))
+        sender.send(pb_utils.InferenceResponse(output_tensors=[out, idx]))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.threads = []
+
+    def execute(self, requests):
+        # Responses go out after execute returned: execute only starts the work.
+        for request in requests:
+            thread = threading.Thread(target=repeat, args=(request,))
+            thread.start()
+            self.threads.append(thread)
+        self.threads = [t for t in self.threads if t.is_alive()]
+        return None
+
+    def finalize(self):
+        for thread in self.threads:
+            thread.join()
+"""
+
+REPEAT_CONFIG: Final = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [
+  {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }},
+  {{ name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] }}
+]
+output [
+  {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }}
+]
+instance_group [ {{ count: 2 kind: KIND_CPU }} ]
+"""
+
+
+def write_scale(model_dir: Path) -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["INPUT0", "weight"], ["scaled"], name="scale"),
+            helper.make_node("Add", ["scaled", "bias"], ["OUTPUT0"], name="shift"),
+        ],
+        "scale",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", WIDTH])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", WIDTH])],
+        initializer=[
+            numpy_helper.from_array(SCALE_WEIGHT, "weight"),
+            numpy_helper.from_array(SCALE_BIAS, "bias"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model, full_check=True)
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    (model_dir / "config.pbtxt").write_text(SCALE_CONFIG)
+
+
+def write_python_model(model_dir: Path, model_py: str, config: str) -> None:
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(model_py)
+    (model_dir / "config.pbtxt").write_text(config.format(name=model_dir.name))
+
+
+def write_bls_repository(repository: Path) -> list[str]:
+    """``scale``, ``bls_sync`` and ``bls_async``; returns their names."""
+    write_scale(repository / "scale")
+    write_python_model(repository / "bls_sync", BLS_SYNC_MODEL, BLS_CONFIG)
+    write_python_model(repository / "bls_async", BLS_ASYNC_MODEL, BLS_CONFIG)
+    return ["scale", "bls_sync", "bls_async"]
+
+
+def write_decoupled_repository(repository: Path) -> list[str]:
+    """``repeat_int32`` and ``repeat_threaded``; returns their names."""
+    write_python_model(repository / "repeat_int32", REPEAT_MODEL, REPEAT_CONFIG)
+    write_python_model(repository / "repeat_threaded", REPEAT_THREADED_MODEL, REPEAT_CONFIG)
+    return ["repeat_int32", "repeat_threaded"]
