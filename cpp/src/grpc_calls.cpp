@@ -122,7 +122,7 @@ grpc::ByteBuffer empty_final_answer(const InferenceRequest& request) {
 }
 
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
-                    std::string_view request_id, const grpc::ServerContextBase& context) {
+                    std::string_view request_id, const grpc::ServerContextBase* context) {
   transport.failures.count(route.model, route.version, status.code);
   if (status.code != StatusCode::kInternal || !core_logs(LogLevel::kError)) return;
   LogRecord record("request failed", LogLevel::kError);
@@ -131,10 +131,12 @@ void record_failure(TransportContext& transport, const ModelRoute& route, const 
       .add("version", route.version)
       .add("request_id", request_id)
       .add("code", "INTERNAL");
-  const auto& metadata = context.client_metadata();
-  if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
-    const std::string_view header(found->second.data(), found->second.size());
-    if (parse_traceparent(header)) record.add("trace_id", header.substr(3, 32));  // version-TRACEID-...
+  if (context != nullptr) {
+    const auto& metadata = context->client_metadata();
+    if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
+      const std::string_view header(found->second.data(), found->second.size());
+      if (parse_traceparent(header)) record.add("trace_id", header.substr(3, 32));  // version-TRACEID-...
+    }
   }
   record.write();
 }
@@ -302,6 +304,14 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
     Finish(status);
   }
 
+  // Calls `use` with the server context, or with null once the call is finished (grpc frees the
+  // context then); no other thread finishes the call meanwhile.
+  template <typename Use>
+  void with_context(Use&& use) {
+    std::lock_guard<std::mutex> lock(finish_mutex_);
+    use(finished_ ? nullptr : static_cast<const grpc::ServerContextBase*>(context_));
+  }
+
   // Hands the request, unparsed, to the backend, and its answer and status back to the client;
   // `sampled`: an inference the transport sampled for tracing.
   void forward(bool sampled = false) {
@@ -466,7 +476,11 @@ class InferCall final : public UnaryCall, public CompletionSink {
   }
 
   void count_failure(const Status& status, std::string_view request_id) {
-    record_failure(*transport_, *route_, status, request_id, *context_);
+    // The server context is valid until the call is finished: the core may answer a request after
+    // its call was cancelled and finished (at shutdown), when the context is gone.
+    with_context([&](const grpc::ServerContextBase* context) {
+      record_failure(*transport_, *route_, status, request_id, context);
+    });
   }
 
   std::shared_ptr<const ModelRoute> route_;  // set before the request is submitted, never after

@@ -136,7 +136,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
     const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
-      if (route != nullptr) record_failure(*transport_, *route, completion.status, id, *context_);
+      if (route != nullptr) count_failure(*route, completion.status, id);
       const std::optional<bool> flag = completion.request ? final_flag(*completion.request, true) : std::nullopt;
       return answer_error(to_grpc_status(completion.status), id, /*ends_request=*/true, flag);
     }
@@ -151,7 +151,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     grpc::ByteBuffer bytes;
     const Status failed = write_answer(request, completion.outputs, &bytes, final_flag(request, true));
     if (!failed.ok()) {
-      if (route != nullptr) record_failure(*transport_, *route, failed, id, *context_);
+      if (route != nullptr) count_failure(*route, failed, id);
       return answer_error(to_grpc_status(failed), id, /*ends_request=*/true, final_flag(request, true));
     }
     send(std::move(bytes), /*ends_request=*/true);
@@ -210,7 +210,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
                                      transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
-      record_failure(*transport_, *route, status, parsed.id, *context_);
+      count_failure(*route, status, parsed.id);
       return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     }
     inference->final_response_flag = wants_flag;
@@ -231,7 +231,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         std::lock_guard<std::mutex> lock(mutex_);
         in_core_.erase(token);
       }
-      record_failure(*transport_, *route, status, id, *context_);
+      count_failure(*route, status, id);
       return answer_error(to_grpc_status(status), id, /*ends_request=*/true);
     }
   }
@@ -346,6 +346,13 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (write != nullptr) StartWrite(write);
     if (read) StartRead(&incoming_);
     if (finish) Finish(status);
+  }
+
+  // The call's context is valid until the call is finished (Finish is called under mutex_ after
+  // finished_ is set): the core may answer a request after the call was cancelled and finished.
+  void count_failure(const ModelRoute& route, const Status& status, std::string_view id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_failure(*transport_, route, status, id, finished_ ? nullptr : context_);
   }
 
   void unref() {

@@ -3,8 +3,9 @@
 Writes a Triton-layout repository (`<root>/<model>/1/model.onnx` plus an
 optional `<root>/<model>/config.pbtxt`). Everything is built with
 `onnx.helper` from a fixed seed so the output is byte-for-byte reproducible.
-Besides the ONNX models: a python-backend model (`tokenize`, `1/model.py`)
-and an ensemble (`text_embedding`: tokenize -> embed).
+Besides the ONNX models: a python-backend model (`tokenize`, `1/model.py`),
+an ensemble (`text_embedding`: tokenize -> embed) and a decoupled python model
+streaming tokens (`generate`).
 """
 
 from __future__ import annotations
@@ -297,10 +298,54 @@ ensemble_scheduling {{
 """
 
 
-def _write_tokenize(model_dir: pathlib.Path) -> None:
+# A decoupled model (Triton's "Decoupled mode"): any number of responses per request, streamed on
+# ModelStreamInfer, then the final flag.
+GENERATE_MODEL_PY: Final = """\
+\"\"\"A token generator that streams: for a PROMPT and MAX_TOKENS, MAX_TOKENS responses, each one
+TOKEN: the prompt's whitespace-separated words in turn, starting over after the last (an empty
+prompt or MAX_TOKENS below 1 gives none); then the final flag alone.\"\"\"
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def tokens(prompt, max_tokens):
+    words = prompt.split()
+    return [words[i % len(words)] for i in range(max_tokens)] if words else []
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()[0]
+            max_tokens = pb_utils.get_input_tensor_by_name(request, "MAX_TOKENS").as_numpy()[0]
+            sender = request.get_response_sender()
+            for token in tokens(prompt, int(max_tokens)):
+                out = pb_utils.Tensor("TOKEN", np.array([token], dtype=np.object_))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        # A decoupled model answers through its senders only.
+        return None
+"""
+
+GENERATE_CONFIG: Final = """\
+name: "generate"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "PROMPT" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "MAX_TOKENS" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+output [ { name: "TOKEN" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+
+def _write_python_model(model_dir: pathlib.Path, model_py: str, config: str) -> None:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "1" / "model.py").write_text(TOKENIZE_MODEL_PY, encoding="utf-8")
-    (model_dir / "config.pbtxt").write_text(TOKENIZE_CONFIG, encoding="utf-8")
+    (model_dir / "1" / "model.py").write_text(model_py, encoding="utf-8")
+    (model_dir / "config.pbtxt").write_text(config, encoding="utf-8")
 
 
 def _write_embed(model_dir: pathlib.Path, rng: np.random.Generator) -> None:
@@ -355,9 +400,10 @@ def make_examples(root: pathlib.Path) -> list[str]:
     write_identity_model(root / "identity_fp32", "FP32", with_config=False)
     _write_mlp(root / "mlp", rng)
     write_identity_model(root / "identity_bytes", "BYTES", max_batch_size=8)
-    _write_tokenize(root / "tokenize")
+    _write_python_model(root / "tokenize", TOKENIZE_MODEL_PY, TOKENIZE_CONFIG)
     _write_embed(root / "embed", rng)
     _write_text_embedding(root / "text_embedding")
+    _write_python_model(root / "generate", GENERATE_MODEL_PY, GENERATE_CONFIG)
     return [
         "simple",
         "identity_fp32",
@@ -366,4 +412,5 @@ def make_examples(root: pathlib.Path) -> list[str]:
         "tokenize",
         "embed",
         "text_embedding",
+        "generate",
     ]

@@ -1,11 +1,16 @@
-"""The example repository's python model and ensemble served (`inferd make-examples`): the
+"""The example repository's python models and ensemble served (`inferd make-examples`): the
 session server's ``tokenize`` (python backend) and ``text_embedding`` (tokenize -> embed)
-answer through tritonclient exactly as the same model.py and ONNX model run in-process."""
+answer through tritonclient exactly as the same model.py and ONNX model run in-process, and the
+decoupled ``generate`` streams its documented tokens (the README's snippet among them)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib.util
+import io
+import queue
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -14,8 +19,11 @@ import numpy as np
 import onnxruntime
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from inferd.python_backend import pb_utils
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 TEXTS = ["hello world", "", "naïve café, longer than sixteen bytes", "tokens"]
 
@@ -84,3 +92,72 @@ def test_the_python_tokenizer_answers_alone(client: grpcclient.InferenceServerCl
     expected[1, :2] = [0xC3 + 1, 0xA9 + 1]
     assert ids.dtype == np.int64
     np.testing.assert_array_equal(ids, expected)
+
+
+def generate_inputs(prompt: bytes, max_tokens: int) -> list[grpcclient.InferInput]:
+    tensors = [
+        grpcclient.InferInput("PROMPT", [1], "BYTES"),
+        grpcclient.InferInput("MAX_TOKENS", [1], "INT32"),
+    ]
+    tensors[0].set_data_from_numpy(np.array([prompt], dtype=np.object_))
+    tensors[1].set_data_from_numpy(np.array([max_tokens], dtype=np.int32))
+    return tensors
+
+
+def generated(url: str, prompt: bytes, max_tokens: int) -> list[grpcclient.InferResult]:
+    """Every response ``generate`` streams for one request, the final flag's own included."""
+    answers: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    results: list[grpcclient.InferResult] = []
+    with grpcclient.InferenceServerClient(url) as triton:
+        triton.start_stream(callback=lambda result, error: answers.put((result, error)))
+        triton.async_stream_infer(
+            "generate", generate_inputs(prompt, max_tokens), enable_empty_final_response=True
+        )
+        while not results or not final(results[-1]):
+            result, error = answers.get(timeout=30)
+            if error is not None:
+                raise error
+            assert result is not None
+            results.append(result)
+        triton.stop_stream()
+    assert answers.empty(), answers.get()  # nothing after the final flag
+    return results
+
+
+def final(result: grpcclient.InferResult) -> bool:
+    return bool(result.get_response().parameters["triton_final_response"].bool_param)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "tokens"),
+    [
+        (b"the quick brown fox", 6, [b"the", b"quick", b"brown", b"fox", b"the", b"quick"]),
+        (b"one", 3, [b"one"] * 3),
+        (b"  ", 4, []),
+        (b"one two", 0, []),
+    ],
+)
+def test_generate_streams_its_tokens_in_order_then_the_final_flag(
+    url: str, prompt: bytes, max_tokens: int, tokens: list[bytes]
+) -> None:
+    *streamed, last = generated(url, prompt, max_tokens)
+    assert [final(result) for result in streamed] == [False] * len(tokens)
+    assert [result.as_numpy("TOKEN").tolist() for result in streamed] == [[t] for t in tokens]
+    assert final(last) and not last.get_response().outputs
+
+
+def test_generate_answers_model_infer_unimplemented(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    with pytest.raises(InferenceServerException, match="generate") as raised:
+        client.infer("generate", generate_inputs(b"a b", 2))
+    assert str(raised.value.status()) == "StatusCode.UNIMPLEMENTED", raised.value
+
+
+def test_the_readme_streaming_snippet_prints_the_generated_tokens(url: str) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (snippet,) = [block for block in blocks if '"generate"' in block]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(snippet.replace('"localhost:8001"', repr(url)), str(README), "exec"), {})
+    assert out.getvalue().splitlines() == ["to", "be", "or", "not", "to", "be"]

@@ -18,7 +18,8 @@ from inferd.examples import make_examples, write_identity_model
 from inferd.python_backend import pb_utils
 
 ONNX_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes", "embed"]
-EXPECTED_MODELS = [*ONNX_MODELS[:4], "tokenize", "embed", "text_embedding"]
+EXPECTED_MODELS = [*ONNX_MODELS[:4], "tokenize", "embed", "text_embedding", "generate"]
+PYTHON_MODELS = ["tokenize", "generate"]
 
 # onnxruntime's type string per protocol datatype (as reported by NodeArg.type).
 ORT_TYPES: dict[str, str] = {
@@ -84,9 +85,11 @@ def test_layout(repo: pathlib.Path) -> None:
     for name in with_config:
         text = (repo / name / "config.pbtxt").read_text()
         assert f'name: "{name}"' in text
-        platform = {"tokenize": 'backend: "python"', "text_embedding": 'platform: "ensemble"'}
+        platform = dict.fromkeys(PYTHON_MODELS, 'backend: "python"')
+        platform["text_embedding"] = 'platform: "ensemble"'
         assert platform.get(name, 'platform: "onnxruntime_onnx"') in text
-    assert [p.name for p in (repo / "tokenize" / "1").iterdir()] == ["model.py"]
+    for name in PYTHON_MODELS:
+        assert [p.name for p in (repo / name / "1").iterdir()] == ["model.py"]
     assert list((repo / "text_embedding" / "1").iterdir()) == []  # an ensemble's is empty
     assert "max_batch_size: 8\n" in (repo / "simple" / "config.pbtxt").read_text()
     assert "max_batch_size: 64\n" in (repo / "mlp" / "config.pbtxt").read_text()
@@ -160,11 +163,11 @@ def test_reproducible(tmp_path: pathlib.Path) -> None:
             assert (tmp_path / "a" / path).read_bytes() == (tmp_path / "b" / path).read_bytes()
 
 
-def load_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """The tokenize example's model.py imported as the worker imports it (with inferd's
+def load_model_py(repo: pathlib.Path, name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """An example's model.py imported as the worker imports it (with inferd's
     triton_python_backend_utils under Triton's name)."""
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb_utils)
-    spec = importlib.util.spec_from_file_location("model", repo / "tokenize" / "1" / "model.py")
+    spec = importlib.util.spec_from_file_location("model", repo / name / "1" / "model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -172,7 +175,7 @@ def load_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Module
 
 
 def test_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = load_tokenize(repo, monkeypatch).TritonPythonModel()
+    model = load_model_py(repo, "tokenize", monkeypatch).TritonPythonModel()
     config = (repo / "tokenize" / "config.pbtxt").read_text()
     assert "max_batch_size: 8\n" in config and "count: 1 kind: KIND_CPU" in config
     model.initialize(
@@ -192,6 +195,64 @@ def test_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected[3, :] = ord("x") + 1  # cut at 16
     assert ids.dtype == np.int64
     np.testing.assert_array_equal(ids, expected)
+
+
+class RecordingSender:
+    """What a decoupled model's ``request.get_response_sender()`` returns, recording each send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[pb_utils.InferenceResponse | None, int]] = []
+
+    def send(self, response: pb_utils.InferenceResponse | None = None, flags: int = 0) -> None:
+        self.sent.append((response, flags))
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+def generate_request(
+    prompt: bytes, max_tokens: int
+) -> tuple[pb_utils.InferenceRequest, RecordingSender]:
+    request = pb_utils.InferenceRequest(
+        model_name="generate",
+        inputs=[
+            pb_utils.Tensor("PROMPT", np.array([prompt], dtype=np.object_)),
+            pb_utils.Tensor("MAX_TOKENS", np.array([max_tokens], dtype=np.int32)),
+        ],
+        requested_output_names=["TOKEN"],
+    )
+    sender = RecordingSender()
+    request._attach_response_sender(sender)  # what the worker does for a decoupled model
+    return request, sender
+
+
+def test_generate_streams_max_tokens_of_the_prompts_words_then_the_final_flag(
+    repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = (repo / "generate" / "config.pbtxt").read_text()
+    assert "model_transaction_policy { decoupled: true }" in config
+    assert "max_batch_size: 0\n" in config
+    model = load_model_py(repo, "generate", monkeypatch).TritonPythonModel()
+    cases = [
+        (b"the quick  brown fox", 6, [b"the", b"quick", b"brown", b"fox", b"the", b"quick"]),
+        ("naïve café".encode(), 1, ["naïve".encode()]),
+        (b"   ", 3, []),  # no words: no tokens
+        (b"one two", 0, []),
+        (b"one two", -2, []),
+    ]
+    requests = [generate_request(prompt, max_tokens) for prompt, max_tokens, _ in cases]
+    assert model.execute([request for request, _ in requests]) is None  # senders answer
+    for (_, sender), (_, _, expected) in zip(requests, cases, strict=True):
+        *tokens, (final, flags) = sender.sent
+        assert (final, flags) == (None, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        assert [flags for _, flags in tokens] == [0] * len(expected)
+        streamed = []
+        for response, _ in tokens:
+            assert response is not None
+            token = pb_utils.get_output_tensor_by_name(response, "TOKEN")
+            assert token is not None and token.shape() == [1]
+            streamed.append(token.as_numpy()[0])
+        assert streamed == expected
 
 
 def test_embed(repo: pathlib.Path) -> None:

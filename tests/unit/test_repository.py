@@ -36,6 +36,7 @@ def test_layout_lists_models_and_versions(repo: Path) -> None:
     repository = ModelRepository(repo)
     assert repository.model_names() == [
         "embed",
+        "generate",
         "identity_bytes",
         "identity_fp32",
         "mlp",

@@ -75,8 +75,10 @@ bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBa
 // Counts a request the transport answers with an error against its model version; an INTERNAL
 // one also gets its one log record at error level (model, version, request id, the caller's trace
 // id when its traceparent has one, reason), as Python writes it for the requests it answers.
+// `context`: the call's, or null once the call is finished (grpc frees it then: a late answer of a
+// call cancelled at shutdown has no trace id).
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
-                    std::string_view request_id, const grpc::ServerContextBase& context);
+                    std::string_view request_id, const grpc::ServerContextBase* context);
 
 // Which call a method is.
 enum class CallKind {
