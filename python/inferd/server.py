@@ -146,7 +146,8 @@ class InferenceServer:
         self.backend_socket.remove()
         if self.unix_socket is not None:
             self.unix_socket.remove()
-        await self.registry.close()
+        # A python model's execute that never returns must not hold the stop forever.
+        await self.registry.close(abort_after_s=grace)
         self.dispatcher.close()
         self.telemetry.close()
         # allocations stays at its warm-up count under steady traffic: batches reuse buffers.

@@ -336,3 +336,42 @@ def test_a_worker_restart_makes_the_model_not_ready_until_it_serves_again(
         np.testing.assert_array_equal(out_0[0], 2 + np.arange(4, dtype=np.float32))
     (restarted,) = worker_pids("add_sub_restart")
     assert restarted != pid
+
+
+def test_the_stop_kills_a_worker_whose_execute_never_returns(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    write_add_sub(repository / "add_sub_hangs", batching=False, delay_s=600.0)
+    outcome: list[str] = []
+    with running_server(
+        repository,
+        ["add_sub_hangs"],
+        tmp_path,
+        "--exit-timeout-secs",
+        "1",
+        expected_errors=lambda record: (
+            "python model worker died" in str(record.get("event"))
+            or "killed by signal SIGKILL" in str(record.get("reason", ""))
+        ),
+    ) as server:
+        (pid,) = worker_pids("add_sub_hangs")
+
+        def in_flight() -> None:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                try:
+                    add_sub(client, "add_sub_hangs", 1)
+                    outcome.append("answered")
+                except InferenceServerException as e:
+                    outcome.append(str(e.status()))
+
+        thread = threading.Thread(target=in_flight)
+        thread.start()
+        time.sleep(0.5)  # in its 600 s execute
+        stop_started = time.monotonic()
+    # The block's end sent SIGTERM and saw the server exit 0: past --exit-timeout-secs the
+    # worker was killed instead of waited for.
+    stopped_after = time.monotonic() - stop_started
+    thread.join(10)
+    print(f"stopped {stopped_after:.1f} s after SIGTERM; the request answered {outcome}")
+    assert stopped_after < 15
+    assert outcome and outcome[0] != "answered"
+    assert dead(pid)

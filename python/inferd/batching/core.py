@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import structlog
+
 import inferd._core as _core
 from inferd.batching.executor import Executor
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
@@ -21,6 +23,8 @@ from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 
 if TYPE_CHECKING:
     from inferd._core import SharedMemoryRegistry
+
+log = structlog.get_logger(__name__)
 
 # (core datatype code, shape, buffer): a tensor as the core takes it.
 CoreTensor = tuple[int, Sequence[int], Any]
@@ -339,11 +343,27 @@ class ModelScheduler:
         histograms as ``_core.LatencyHistogram``."""
         return self._core.statistics()
 
-    async def close(self, *, reject_queued: bool = False) -> None:
+    async def close(
+        self, *, reject_queued: bool = False, abort_after_s: float | None = None
+    ) -> None:
         """Stops intake, lets queued requests finish (or rejects them), joins the workers and
-        closes the executors. The join runs off the event loop, which keeps completing requests."""
+        closes the executors. The join runs off the event loop, which keeps completing requests.
+        ``abort_after_s`` (the server's stop): once that passes, executors that can abort
+        (python models, whose execute may never return) do, failing what they still hold."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._core.shutdown, reject_queued)
+        shutdown = loop.run_in_executor(None, self._core.shutdown, reject_queued)
+        abortable = [e for e in self._executors if hasattr(e, "abort")]
+        if abort_after_s is not None and abortable:
+            done, _ = await asyncio.wait({shutdown}, timeout=abort_after_s)
+            if not done:
+                log.warning(
+                    "batches still running at the stop's deadline: their workers are killed",
+                    model=self._signature.name,
+                    after_s=abort_after_s,
+                )
+                for executor in abortable:
+                    executor.abort()
+        await shutdown
         # Off the loop too: closing may wait (a python model's finalize, in its worker process).
         await loop.run_in_executor(None, self._close_executors)
 

@@ -112,6 +112,8 @@ class PythonBackendExecutor:
         ]
         with self._lock:
             if not self._restart_if_due_locked():
+                if self._closing:
+                    raise errors.Unavailable(f"{self._spec.describe()} is stopping")
                 raise errors.Internal(f"{self._spec.describe()}: its worker cannot be restarted")
             try:
                 responses = self._process.execute(batch, self._streamed_to(respond))
@@ -239,6 +241,14 @@ class PythonBackendExecutor:
             raise answer
         outputs: list[np.ndarray] = answer
         return outputs
+
+    def abort(self) -> None:
+        """Kills the worker now (the server's stop, past its deadline): the batch it runs fails
+        with INTERNAL, and batches after it fail at once (no restart)."""
+        with self._state:
+            self._closing = True
+        os.write(self._wake_w, b"x")
+        self._process.kill()
 
     def close(self) -> None:
         """Runs the model's ``finalize`` (SIGKILL when the grace passes first)."""

@@ -545,10 +545,14 @@ class ModelRegistry:
             return False
         return self._readiness.without_models or bool(self.ready_models())
 
-    async def close(self) -> None:
-        """Drains and frees every loaded version."""
+    async def close(self, abort_after_s: float | None = None) -> None:
+        """Drains and frees every loaded version; ``abort_after_s``: how long a python model's
+        running batches may take before their workers are killed (the server's stop)."""
         for model in self.loaded():
-            await model.scheduler.close()
+            if isinstance(model.scheduler, EnsembleScheduler):
+                await model.scheduler.close()
+            else:
+                await model.scheduler.close(abort_after_s=abort_after_s)
             self._statuses[(model.name, str(model.version))] = ModelStatus(
                 model.name, str(model.version), ModelState.UNAVAILABLE, "unloaded"
             )

@@ -17,6 +17,7 @@ their answers are sent back from whichever thread completes them, under a send l
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -523,6 +524,14 @@ class PythonModelProcess:
                 "did not stop within the grace, killed", grace_s=grace_s, **self._identity()
             )
         self._kill_and_discard()
+
+    def kill(self) -> None:
+        """SIGKILL for the worker, from any thread (a batch waiting on it then fails with
+        ``WorkerDied``); its handle is discarded by whoever holds the lock next."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.kill()
 
     def restart(self) -> None:
         """Replaces the worker (killed if still running) by a fresh one, initialized again."""
