@@ -47,7 +47,13 @@ def bls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 def decoupled_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("triton-decoupled")
     names = write_decoupled_repository(root / "models")
-    with running_server(root / "models", names, root) as running:
+    with running_server(
+        root / "models",
+        names,
+        root,
+        # square_int32's error response for IN < 0 answers INTERNAL on purpose.
+        expected_errors=lambda record: "IN must be at least 0" in str(record.get("reason")),
+    ) as running:
         yield running
 
 
@@ -227,6 +233,61 @@ def test_model_infer_on_a_decoupled_model_is_unimplemented_naming_it(
         client.infer("repeat_int32", tensors)
     assert str(raised.value.status()) == "StatusCode.UNIMPLEMENTED", raised.value
     assert "repeat_int32" in raised.value.message(), raised.value
+
+
+def square_input(n: int) -> list[grpcclient.InferInput]:
+    tensor = grpcclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([n], dtype=np.int32))
+    return [tensor]
+
+
+def test_a_response_sent_with_the_final_flag_is_the_last_response_and_carries_the_flag(
+    decoupled_server: ServerProcess,
+) -> None:
+    answers: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    with grpcclient.InferenceServerClient(decoupled_server.url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for n in (3, 0):
+            client.async_stream_infer(
+                "square_int32",
+                square_input(n),
+                request_id=f"n{n}",
+                enable_empty_final_response=True,
+            )
+        results = []
+        while len(results) < 3 + 1:
+            result, error = answers.get(timeout=STREAM_TIMEOUT_S)
+            assert error is None, error
+            results.append(result)
+        client.stop_stream()
+    assert answers.empty(), answers.get()
+    by_request = {rid: [r for r in results if r.get_response().id == rid] for rid in ("n3", "n0")}
+    # n = 3: three responses, no empty one after: the third carries the final flag itself.
+    assert [is_final(r) for r in by_request["n3"]] == [False, False, True]
+    assert [r.as_numpy("OUT").tolist() for r in by_request["n3"]] == [[3]] * 3
+    # n = 0: the final flag alone.
+    (final,) = by_request["n0"]
+    assert is_final(final) and not final.get_response().outputs
+
+
+def test_an_error_response_fails_its_request_on_the_stream_and_the_stream_serves_on(
+    decoupled_server: ServerProcess,
+) -> None:
+    answers: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    with grpcclient.InferenceServerClient(decoupled_server.url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer("square_int32", square_input(-4), request_id="bad")
+        result, error = answers.get(timeout=STREAM_TIMEOUT_S)
+        assert result is None and error is not None
+        assert "IN must be at least 0, got -4" in str(error), error
+        client.async_stream_infer("square_int32", square_input(2), request_id="good")
+        outs = [answers.get(timeout=STREAM_TIMEOUT_S) for _ in range(2)]
+        client.stop_stream()
+    assert answers.empty(), answers.get()
+    assert [(r.get_response().id, r.as_numpy("OUT").tolist()) for r, _ in outs] == [
+        ("good", [2]),
+        ("good", [2]),
+    ]
 
 
 def model_series(server: ServerProcess, name: str, model: str) -> float:

@@ -16,6 +16,10 @@ serves.
   ``request.get_response_sender()``, then the final flag alone; ``execute`` returns None.
 * ``repeat_threaded``: the same, sent from a thread that ``execute`` starts and does not wait for
   (Triton allows responses after ``execute`` returned); ``finalize`` waits for those threads.
+* ``square_int32`` (``decoupled: true``, the shape of Triton's square example): for ``IN`` = n,
+  n responses ``OUT`` = n, the last sent together with the final flag
+  (``sender.send(response, flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)``); n = 0: the final flag
+  alone; n < 0: an error response sent with the final flag.
 """
 
 from __future__ import annotations
@@ -209,6 +213,43 @@ output [
 instance_group [ {{ count: 2 kind: KIND_CPU }} ]
 """
 
+SQUARE_MODEL: Final = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            if n < 0:
+                error = pb_utils.TritonError(f"IN must be at least 0, got {n}")
+                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                continue
+            if n == 0:
+                sender.send(flags=FINAL)
+            for i in range(n):
+                out = pb_utils.Tensor("OUT", np.array([n], dtype=np.int32))
+                sender.send(
+                    pb_utils.InferenceResponse(output_tensors=[out]),
+                    flags=FINAL if i == n - 1 else 0,
+                )
+        return None
+"""
+
+SQUARE_CONFIG: Final = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+"""
+
 
 def write_scale(model_dir: Path) -> None:
     graph = helper.make_graph(
@@ -247,7 +288,8 @@ def write_bls_repository(repository: Path) -> list[str]:
 
 
 def write_decoupled_repository(repository: Path) -> list[str]:
-    """``repeat_int32`` and ``repeat_threaded``; returns their names."""
+    """``repeat_int32``, ``repeat_threaded`` and ``square_int32``; returns their names."""
     write_python_model(repository / "repeat_int32", REPEAT_MODEL, REPEAT_CONFIG)
     write_python_model(repository / "repeat_threaded", REPEAT_THREADED_MODEL, REPEAT_CONFIG)
-    return ["repeat_int32", "repeat_threaded"]
+    write_python_model(repository / "square_int32", SQUARE_MODEL, SQUARE_CONFIG)
+    return ["repeat_int32", "repeat_threaded", "square_int32"]
