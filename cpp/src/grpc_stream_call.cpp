@@ -237,8 +237,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   }
 
   // The `triton_final_response` a response of `request` carries, if it asked for the flag.
+  // A decoupled model's responses always carry it, as Triton's do: clients read it to know a
+  // request's last response (the empty final response still needs the request's opt-in).
   static std::optional<bool> final_flag(const InferenceRequest& request, bool last) {
-    return request.final_response_flag ? std::optional<bool>(last) : std::nullopt;
+    const bool decoupled = request.signature != nullptr && request.signature->decoupled;
+    return request.final_response_flag || decoupled ? std::optional<bool>(last) : std::nullopt;
   }
 
   // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing;

@@ -152,15 +152,15 @@ def stream(url: str, ns: list[int], *, final_flag: bool) -> list[Answer]:
 
 
 def expected(n: int, *, final_flag: bool) -> list[Answer]:
-    """What request [n] gets, in order."""
-    flag = False if final_flag else None
+    """What request [n] gets, in order: a decoupled model's responses always carry
+    triton_final_response (as Triton's); the empty final response needs the request's opt-in."""
     answers: list[Answer] = []
     for k in range(n):
-        answers.append((f"r{n}", k, flag))
+        answers.append((f"r{n}", k, False))
         if n == 7 and k == 2:
             answers.append(("?", "7 stumbles after 2"))
     if n % 2 == 1:
-        answers.append((f"r{n}", 100 + n, True if final_flag else None))
+        answers.append((f"r{n}", 100 + n, True))
     elif final_flag:
         answers.append((f"r{n}", None, True))  # the empty final response
     return answers
@@ -184,7 +184,7 @@ def test_each_request_gets_its_responses_in_order_then_its_final_flag(served: Se
     assert set(served.executor.refusals) == {IndexError, ValueError}
 
 
-def test_without_the_final_flag_only_responses_arrive(served: Served) -> None:
+def test_without_the_opt_in_no_empty_final_response_arrives(served: Served) -> None:
     ns = [2, 3, 4]
     answers = stream(served.url, ns, final_flag=False)
     for n in ns:
