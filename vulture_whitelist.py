@@ -88,8 +88,10 @@ _.intercept_service
 _.depends_on
 
 # batching/executor.py: the core calls an executor's execute_requests (looked up like stage, by
-# cpp/bindings/python_executor.cpp); issue 17's python-backend executor defines it.
+# cpp/bindings/python_executor.cpp); issue 17's python-backend executor defines it, and says with
+# takes_request_details that it wants each request's id and requested outputs too.
 _.execute_requests
+_.takes_request_details
 
 # issue 17: called by python-backend model code (Triton's API): python_backend/pb_utils.py is the
 # module model.py imports as triton_python_backend_utils; __getattr__ is Python's module hook.

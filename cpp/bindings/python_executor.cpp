@@ -34,6 +34,8 @@ PythonExecutor::PythonExecutor(py::handle executor, std::vector<DataType> output
       execute_requests_(py::hasattr(executor, "execute_requests") ? hold_reference(executor.attr("execute_requests"))
                                                                   : nullptr),
       decoupled_(py::hasattr(executor, "decoupled") && py::bool_(executor.attr("decoupled"))),
+      takes_details_(py::hasattr(executor, "takes_request_details") &&
+                     py::bool_(executor.attr("takes_request_details"))),
       output_types_(std::move(output_types)) {}
 
 RequestResult PythonExecutor::result_of(py::handle answer) const {
@@ -112,17 +114,24 @@ struct CloseOnReturn {
 
 }  // namespace
 
-Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& requests,
+Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requests,
                                         std::vector<RequestResult>* results, ResponseStream* responses) {
   py::gil_scoped_acquire gil;
   auto handle = std::make_shared<StreamHandle>(StreamHandle{responses, requests.size()});
   const CloseOnReturn close{handle.get()};
   try {
     py::list batch;
-    for (const auto& inputs : requests) {
+    py::list details;
+    for (const ExecutorRequest& request : requests) {
       py::list arrays;
-      for (const Tensor& input : inputs) arrays.append(executor_array(input));
+      for (const Tensor& input : request.inputs) arrays.append(executor_array(input));
       batch.append(arrays);
+      if (takes_details_) {
+        py::list requested;
+        for (const std::string_view name : request.requested_outputs)
+          requested.append(py::str(name.data(), name.size()));
+        details.append(py::make_tuple(py::str(request.id.data(), request.id.size()), requested));
+      }
     }
     py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));
     py::object returned;
@@ -137,9 +146,9 @@ Status PythonExecutor::execute_requests(const std::vector<std::vector<Tensor>>& 
             handle->stream->respond(index, result_of(answer));
           },
           py::arg("index"), py::arg("answer"));
-      returned = method(batch, respond);
+      returned = takes_details_ ? method(batch, respond, details) : method(batch, respond);
     } else {
-      returned = method(batch);
+      returned = takes_details_ ? method(batch, py::none(), details) : method(batch);
     }
     py::list answers(returned);
     if (answers.size() != requests.size()) {

@@ -27,6 +27,10 @@ namespace py = pybind11;
 // BaseException for an error response; a malformed one raises TypeError or ValueError, an index
 // outside the batch IndexError, a call once execute_requests has returned RuntimeError); the list
 // returned holds each request's final answer, as above, or None for the final flag alone.
+//
+// One whose `takes_request_details` attribute is true (read once) is also given each request's id
+// and the names of the outputs it asked for: `execute_requests(batch, respond, details)`, respond
+// None unless decoupled, details a list of (id: str, requested_outputs: list[str]) per request.
 class PythonExecutor : public Executor {
  public:
   // Requires the GIL. `output_types` is the model's output datatypes, in output order.
@@ -37,7 +41,7 @@ class PythonExecutor : public Executor {
   Status stage(const std::vector<Tensor>& inputs) override;
   bool answers_each_request() const override { return execute_requests_ != nullptr; }
   bool decoupled() const override { return decoupled_; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
                           ResponseStream* responses) override;
 
  private:
@@ -45,6 +49,7 @@ class PythonExecutor : public Executor {
   std::shared_ptr<const void> stage_;             // null when the executor has no stage()
   std::shared_ptr<const void> execute_requests_;  // null when the executor has no execute_requests()
   bool decoupled_ = false;
+  bool takes_details_ = false;  // execute_requests also gets each request's id and requested outputs
   std::vector<DataType> output_types_;
 
   // One answer (outputs or an exception) as a result; throws for a malformed one. Requires the GIL.

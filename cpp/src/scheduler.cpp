@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "inferd/model_signature.h"
 #include "inferd/structured_log.h"
 
 namespace inferd {
@@ -35,6 +36,19 @@ std::string request_labels(const RequestBatch& requests) {
     out += request_label(*request);
   }
   return out;
+}
+
+// `request` as an executor answering each request is given it, `inputs` gathered: its id and the
+// names of the outputs it asked for are views of the request and its signature, which outlive the
+// batch's execution.
+ExecutorRequest executor_request(const InferenceRequest& request, std::vector<Tensor>&& inputs) {
+  ExecutorRequest taken{std::move(inputs), request.id, {}};
+  if (request.signature != nullptr) {
+    for (const uint32_t output : request.requested_outputs) {
+      taken.requested_outputs.push_back(request.signature->outputs.at(output).name);
+    }
+  }
+  return taken;
 }
 
 // Whether `executor` takes a batch as its requests (execute_requests) rather than gathered.
@@ -80,7 +94,7 @@ class StreamedResponses final : public ResponseStream {
 struct Scheduler::StagedBatch {
   std::vector<std::unique_ptr<InferenceRequest>> requests;
   std::vector<Tensor> inputs;
-  std::vector<std::vector<Tensor>> request_inputs;  // instead of `inputs`, for an executor answering each request
+  std::vector<ExecutorRequest> request_inputs;  // instead of `inputs`, for an executor answering each request
   BatchTimeline timeline;
   Status status;                 // not ok: gathering or staging failed; the requests are failed with it
   bool executor_failed = false;  // the executor (stage, execute or its outputs), not gathering, failed
@@ -264,7 +278,8 @@ Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
         RequestBatch one;
         one.push_back(std::move(staged.requests[i]));
         try {
-          staged.request_inputs.push_back(gather_inputs(one, pool_.get(), options_.batching.padding));
+          std::vector<Tensor> inputs = gather_inputs(one, pool_.get(), options_.batching.padding);
+          staged.request_inputs.push_back(executor_request(*one.front(), std::move(inputs)));
           staged.requests[i++] = std::move(one.front());
         } catch (const ClientMemoryFault& fault) {
           fail(std::move(one.front()), Status::Error(StatusCode::kInvalidArgument, fault.what()));

@@ -1439,10 +1439,10 @@ class CountdownExecutor : public Executor {
     return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
   }
   bool decoupled() const override { return true; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
                           ResponseStream* responses) override {
     for (size_t i = 0; i < requests.size(); ++i) {
-      const auto n = static_cast<int>(*reinterpret_cast<const float*>(requests[i].at(0).data));
+      const auto n = static_cast<int>(*reinterpret_cast<const float*>(requests[i].inputs.at(0).data));
       for (int k = 0; k < n; ++k) {
         auto values = std::make_shared<std::vector<float>>(4, static_cast<float>(k));
         RequestResult response;

@@ -326,7 +326,7 @@ class PerRequestExecutor : public Executor {
     return Status::Error(StatusCode::kInternal, "execute() called on an executor answering each request");
   }
   bool answers_each_request() const override { return true; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
                           ResponseStream* responses) override {
     {
       std::lock_guard<std::mutex> lock(*mutex_);
@@ -336,8 +336,8 @@ class PerRequestExecutor : public Executor {
     if (responses != nullptr) return Status::Error(StatusCode::kInternal, "a ResponseStream for a plain executor");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // later requests queue meanwhile
     if (fail_whole_) return Status::Error(StatusCode::kInternal, "the worker process died");
-    for (const auto& inputs : requests) {
-      const Tensor& in = inputs.at(0);
+    for (const ExecutorRequest& request : requests) {
+      const Tensor& in = request.inputs.at(0);
       const auto* src = reinterpret_cast<const int32_t*>(in.data);
       RequestResult result;
       if (src[0] == 13) {
@@ -417,11 +417,11 @@ class DecoupledExecutor : public Executor {
     return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
   }
   bool decoupled() const override { return true; }
-  Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
                           ResponseStream* responses) override {
     if (responses == nullptr) return Status::Error(StatusCode::kInternal, "no ResponseStream for a decoupled executor");
     for (size_t i = 0; i < requests.size(); ++i) {
-      const int32_t value = *reinterpret_cast<const int32_t*>(requests[i].at(0).data);
+      const int32_t value = *reinterpret_cast<const int32_t*>(requests[i].inputs.at(0).data);
       for (int32_t n = 0; n < value; ++n) responses->respond(i, number(n));
       if (value == 1) {
         RequestResult flag_only;

@@ -375,3 +375,52 @@ def test_the_stop_kills_a_worker_whose_execute_never_returns(tmp_path: Path) -> 
     assert stopped_after < 15
     assert outcome and outcome[0] != "answered"
     assert dead(pid)
+
+
+REQUEST_DETAILS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            requested = request.requested_output_names()
+            outputs = [
+                pb_utils.Tensor("ID", np.array([request.request_id().encode()], dtype=object)),
+                pb_utils.Tensor("COUNT", np.array([len(requested)], dtype=np.int32)),
+            ]
+            if not requested or "UNUSED" in requested:  # computed only when asked for
+                outputs.append(pb_utils.Tensor("UNUSED", np.zeros(1, dtype=np.float32)))
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+"""
+
+
+def test_execute_sees_the_requests_id_and_requested_outputs(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    (repository / "details" / "1").mkdir(parents=True)
+    (repository / "details" / "1" / "model.py").write_text(REQUEST_DETAILS)
+    (repository / "details" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "ID" data_type: TYPE_STRING dims: [1] }, '
+        '{ name: "COUNT" data_type: TYPE_INT32 dims: [1] }, '
+        '{ name: "UNUSED" data_type: TYPE_FP32 dims: [1] }]\n'
+    )
+    with (
+        running_server(repository, ["details"], tmp_path) as server,
+        grpcclient.InferenceServerClient(server.url) as client,
+    ):
+        x = grpcclient.InferInput("X", [1], "FP32")
+        x.set_data_from_numpy(np.zeros(1, dtype=np.float32))
+        asked = [grpcclient.InferRequestedOutput(n) for n in ("ID", "COUNT")]
+        result = client.infer("details", [x], outputs=asked, request_id="req-7")
+        assert result.as_numpy("ID").tolist() == [b"req-7"]
+        assert result.as_numpy("COUNT").tolist() == [2]
+        assert result.as_numpy("UNUSED") is None  # not asked for: the model left it out
+        every = client.infer("details", [x], request_id="")
+        assert every.as_numpy("ID").tolist() == [b""]
+        assert every.as_numpy("COUNT").tolist() == [0]  # none named: every output
+        assert every.as_numpy("UNUSED").tolist() == [0.0]

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 #include <vector>
 
 #include "inferd/status.h"
@@ -20,6 +21,14 @@ struct RequestResult {
   // A decoupled request's final result: false when it ends with its final flag alone (no response
   // with it; status ok, outputs empty). Always true for a request that is not decoupled.
   bool respond = true;
+};
+
+// One request of a batch as an executor answering each request (Executor::execute_requests) takes
+// it. The views stay valid while execute_requests runs.
+struct ExecutorRequest {
+  std::vector<Tensor> inputs;                       // model input order, with the request's own batch dim
+  std::string_view id;                              // the client's request id ("" when it gave none)
+  std::vector<std::string_view> requested_outputs;  // the outputs the client asked for, by name; empty: all
 };
 
 // Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that
@@ -64,12 +73,13 @@ class Executor {
   // with any number of responses, then its final result. A decoupled executor answers each request
   // (the scheduler calls execute_requests() whatever answers_each_request() says).
   virtual bool decoupled() const { return false; }
-  // `requests`: each request's inputs in model input order, with its own batch dim. Returns a
+  // `requests`: each request's inputs in model input order, with its own batch dim, its id and the
+  // outputs it asked for. Returns a
   // failure of the whole batch (every request fails with it), or ok with `results` holding one
   // result per request, in order: its final result. `responses` is non-null exactly when
   // decoupled(): the responses before each request's final result go there, while this runs. May
   // block for the computation; must not throw.
-  virtual Status execute_requests(const std::vector<std::vector<Tensor>>& requests, std::vector<RequestResult>* results,
+  virtual Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
                                   ResponseStream* responses) {
     (void)requests;
     (void)results;

@@ -19,6 +19,7 @@ once every request of this one has had its final flag.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import threading
@@ -30,6 +31,7 @@ import numpy as np
 import structlog
 
 from inferd import errors
+from inferd.python_backend import pb_utils
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import (
     PythonModelProcess,
@@ -70,8 +72,14 @@ class PythonBackendExecutor:
         self._outputs = outputs
         self._stop_grace_s = stop_grace_s
         self._health = health
-        # Read once by the core: a decoupled executor gets `respond` with each batch.
+        # Read once by the core: a decoupled executor gets `respond` with each batch, and every
+        # batch comes with its requests' ids and requested outputs.
         self.decoupled = spec.decoupled
+        self.takes_request_details = True
+        self._output_dtypes = {
+            str(output["name"]): pb_utils.triton_string_to_numpy(str(output["data_type"]))
+            for output in json.loads(spec.model_config_json).get("output", [])
+        }
         self._process = PythonModelProcess(spec, model_caller)
         self._process.start(start_timeout_s)
         self._lock = threading.Lock()  # held by a batch or a restart, one at a time
@@ -94,21 +102,25 @@ class PythonBackendExecutor:
         self,
         requests: list[list[np.ndarray | None]],
         respond: Callable[[int, Any], None] | None = None,
+        details: list[tuple[str, list[str]]] | None = None,
     ) -> list[Any]:
         """One batch through the model's ``execute``: per request its outputs in the config's
         order, or the error that fails it alone; for a decoupled model, each request's final
         answer (None: the final flag alone), its other responses given to ``respond`` (request
-        index, outputs or error) as they come."""
+        index, outputs or error) as they come. ``details``: each request's id and the outputs
+        it asked for (what ``request_id()`` and ``requested_output_names()`` return)."""
+        described = details if details is not None else [("", [])] * len(requests)
         batch = [
             PythonRequest(
-                request_id="",
+                request_id=request_id,
                 inputs={
                     name: array
                     for name, array in zip(self._inputs, inputs, strict=True)
                     if array is not None
                 },
+                requested_output_names=list(requested),
             )
-            for inputs in requests
+            for inputs, (request_id, requested) in zip(requests, described, strict=True)
         ]
         with self._lock:
             if not self._restart_if_due_locked():
@@ -116,7 +128,7 @@ class PythonBackendExecutor:
                     raise errors.Unavailable(f"{self._spec.describe()} is stopping")
                 raise errors.Internal(f"{self._spec.describe()}: its worker cannot be restarted")
             try:
-                responses = self._process.execute(batch, self._streamed_to(respond))
+                responses = self._process.execute(batch, self._streamed_to(respond, batch))
             except WorkerDied as died:
                 log.error(
                     "python model worker died",
@@ -127,7 +139,10 @@ class PythonBackendExecutor:
                 )
                 self._restart_soon(str(died))
                 raise
-        return [None if r is None else self._answer(r) for r in responses]
+        return [
+            None if response is None else self._answer(response, request.requested_output_names)
+            for response, request in zip(responses, batch, strict=True)
+        ]
 
     def _restart_soon(self, reason: str) -> None:
         """The worker died: the instance is unhealthy until a thread of its own restarts it."""
@@ -208,26 +223,34 @@ class PythonBackendExecutor:
             self._restart_soon(f"pid {pid} exited")
 
     def _streamed_to(
-        self, respond: Callable[[int, Any], None] | None
+        self, respond: Callable[[int, Any], None] | None, batch: list[PythonRequest]
     ) -> Callable[[int, PythonResponse], None] | None:
         if respond is None:
             return None
 
         def streamed(index: int, response: PythonResponse) -> None:
-            respond(index, self._answer(response))
+            respond(index, self._answer(response, batch[index].requested_output_names))
 
         return streamed
 
-    def _answer(self, response: PythonResponse) -> Any:
-        """A response as the core takes it: every output in the config's order, or its error."""
+    def _answer(self, response: PythonResponse, requested: list[str]) -> Any:
+        """A response as the core takes it: every output in the config's order, or its error.
+        An output the request did not ask for may be missing (the worker drops those, and a
+        model may not compute them): an empty stand-in takes its place, which the answer never
+        carries."""
         if response.error is not None:
             return errors.Internal(response.error)
-        missing = [name for name in self._outputs if name not in response.outputs]
-        if missing:
-            return errors.Internal(
-                f"python model {self._spec.model_name!r}: its response has no output {missing[0]!r}"
-            )
-        return [response.outputs[name] for name in self._outputs]
+        outputs: list[np.ndarray] = []
+        for name in self._outputs:
+            if name in response.outputs:
+                outputs.append(response.outputs[name])
+            elif requested and name not in requested:
+                outputs.append(np.empty(0, dtype=self._output_dtypes[name]))
+            else:
+                return errors.Internal(
+                    f"python model {self._spec.model_name!r}: its response has no output {name!r}"
+                )
+        return outputs
 
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         """One request on its own (warm-up samples): its outputs, or its error raised (a
