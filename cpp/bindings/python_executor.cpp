@@ -130,7 +130,9 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
         py::list requested;
         for (const std::string_view name : request.requested_outputs)
           requested.append(py::str(name.data(), name.size()));
-        details.append(py::make_tuple(py::str(request.id.data(), request.id.size()), requested));
+        const std::string_view parameters = request.parameters.empty() ? "{}" : request.parameters;
+        details.append(py::make_tuple(py::str(request.id.data(), request.id.size()), requested,
+                                      py::str(parameters.data(), parameters.size())));
       }
     }
     py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));

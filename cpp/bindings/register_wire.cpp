@@ -23,12 +23,14 @@ DataType datatype(int code) {
 
 std::shared_ptr<ModelSignature> make_signature(std::string name, std::string version, int64_t max_batch_size,
                                                const std::vector<py::tuple>& inputs,
-                                               const std::vector<py::tuple>& outputs, bool decoupled) {
+                                               const std::vector<py::tuple>& outputs, bool decoupled,
+                                               bool keeps_parameters) {
   auto signature = std::make_shared<ModelSignature>();
   signature->name = std::move(name);
   signature->version = std::move(version);
   signature->max_batch_size = max_batch_size;
   signature->decoupled = decoupled;
+  signature->keeps_parameters = keeps_parameters;
   for (const py::tuple& t : inputs) {
     InputSignature in;
     in.name = t[0].cast<std::string>();
@@ -96,10 +98,11 @@ py::bytes write_response(const InferenceRequest& request, const std::vector<Tens
 void register_wire(py::module_& m) {
   py::class_<ModelSignature, std::shared_ptr<ModelSignature>>(m, "ModelSignature")
       .def(py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"), py::arg("inputs"),
-           py::arg("outputs"), py::arg("decoupled") = false,
+           py::arg("outputs"), py::arg("decoupled") = false, py::arg("keeps_parameters") = false,
            "inputs: (name, datatype code, dims, reshape or None, optional, utf8); outputs: (name, datatype code, "
            "dims, has_reshape); decoupled: model_transaction_policy { decoupled: true } (served on "
-           "ModelStreamInfer only). What the core checks requests against and writes answers from.")
+           "ModelStreamInfer only); keeps_parameters: requests keep their own parameters as JSON (python "
+           "models). What the core checks requests against and writes answers from.")
       .def_property_readonly("name", [](const ModelSignature& s) { return s.name; })
       .def_property_readonly("version", [](const ModelSignature& s) { return s.version; })
       .def_property_readonly("decoupled", [](const ModelSignature& s) { return s.decoupled; });

@@ -1,9 +1,13 @@
 #include "inferd/model_signature.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
+
+#include "inferd/structured_log.h"
 
 namespace inferd {
 namespace {
@@ -380,6 +384,50 @@ std::shared_ptr<const void> own(std::vector<std::byte>&& buffer) {
   return std::make_shared<const std::vector<std::byte>>(std::move(buffer));
 }
 
+// A request's own parameters as a JSON object, as Triton's python backend gives them to model code;
+// those the server reads itself (priority, timeout, triton_*) are left out. A double that JSON
+// cannot hold (NaN, infinity) is null.
+std::string parameters_json(const std::vector<WireParameter>& parameters) {
+  std::string json = "{";
+  for (const WireParameter& parameter : parameters) {
+    const std::string_view key = parameter.key;
+    if (parameter.kind == WireParameter::Kind::kNone || key == "priority" || key == "timeout" ||
+        key.substr(0, 7) == "triton_") {
+      continue;
+    }
+    if (json.size() > 1) json += ',';
+    append_json_string(json, std::string(key));
+    json += ':';
+    switch (parameter.kind) {
+      case WireParameter::Kind::kBool:
+        json += parameter.bool_value ? "true" : "false";
+        break;
+      case WireParameter::Kind::kInt64:
+        json += std::to_string(parameter.int64_value);
+        break;
+      case WireParameter::Kind::kUint64:
+        json += std::to_string(parameter.uint64_value);
+        break;
+      case WireParameter::Kind::kDouble:
+        if (std::isfinite(parameter.double_value)) {
+          char number[32];
+          std::snprintf(number, sizeof number, "%.17g", parameter.double_value);
+          json += number;
+        } else {
+          json += "null";
+        }
+        break;
+      case WireParameter::Kind::kString:
+        append_json_string(json, std::string(parameter.string_value));
+        break;
+      case WireParameter::Kind::kNone:
+        break;
+    }
+  }
+  json += '}';
+  return json;
+}
+
 }  // namespace
 
 bool reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>& dims, bool batched,
@@ -649,6 +697,7 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
   out->checked = true;
   out->signature = signature;
   out->id = std::string(parsed.id);
+  if (signature->keeps_parameters) out->parameters_json = parameters_json(parsed.parameters);
   return Status::Ok();
 }
 

@@ -42,7 +42,7 @@ std::string request_labels(const RequestBatch& requests) {
 // names of the outputs it asked for are views of the request and its signature, which outlive the
 // batch's execution.
 ExecutorRequest executor_request(const InferenceRequest& request, std::vector<Tensor>&& inputs) {
-  ExecutorRequest taken{std::move(inputs), request.id, {}};
+  ExecutorRequest taken{std::move(inputs), request.id, {}, request.parameters_json};
   if (request.signature != nullptr) {
     for (const uint32_t output : request.requested_outputs) {
       taken.requested_outputs.push_back(request.signature->outputs.at(output).name);

@@ -37,39 +37,6 @@ size_t utf8_sequence(const unsigned char* s) {
   return length;
 }
 
-// `text` as a JSON string: quotes, backslashes and control characters escaped, bytes that are not
-// UTF-8 replaced by U+FFFD, so that the line is valid JSON whatever ORT puts in a message.
-void append_json_string(std::string& out, const std::string& text) {
-  out += '"';
-  const auto* s = reinterpret_cast<const unsigned char*>(text.c_str());  // NUL-terminated
-  while (*s != 0) {
-    const unsigned char c = *s;
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-      ++s;
-    } else if (c == '\n') {
-      out += "\\n";
-      ++s;
-    } else if (c < 0x20 || c == 0x7F) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-      ++s;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-      ++s;
-    } else if (size_t length = utf8_sequence(s); length > 0) {
-      out.append(reinterpret_cast<const char*>(s), length);
-      s += length;
-    } else {
-      out += "\\ufffd";
-      ++s;
-    }
-  }
-  out += '"';
-}
-
 // As structlog's TimeStamper(fmt="iso", utc=True) writes it: 2026-01-31T12:34:56.123456Z.
 std::string utc_timestamp() {
   const auto now = std::chrono::system_clock::now();
@@ -116,6 +83,39 @@ const char* level_name(LogLevel level) {
 }
 
 }  // namespace
+
+// `text` as a JSON string: quotes, backslashes and control characters escaped, bytes that are not
+// UTF-8 replaced by U+FFFD, so that the line is valid JSON whatever ORT puts in a message.
+void append_json_string(std::string& out, const std::string& text) {
+  out += '"';
+  const auto* s = reinterpret_cast<const unsigned char*>(text.c_str());  // NUL-terminated
+  while (*s != 0) {
+    const unsigned char c = *s;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++s;
+    } else if (c == '\n') {
+      out += "\\n";
+      ++s;
+    } else if (c < 0x20 || c == 0x7F) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+      out += escaped;
+      ++s;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++s;
+    } else if (size_t length = utf8_sequence(s); length > 0) {
+      out.append(reinterpret_cast<const char*>(s), length);
+      s += length;
+    } else {
+      out += "\\ufffd";
+      ++s;
+    }
+  }
+  out += '"';
+}
 
 void LogRecord::write() const noexcept {
   try {

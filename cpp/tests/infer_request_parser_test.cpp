@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -472,6 +473,37 @@ TEST(InferRequestParser, BatchSizeMismatchIsRefused) {
   EXPECT_EQ(ok->request.batch_size, 2);
   EXPECT_EQ(ok->request.priority, 3u);
   EXPECT_EQ(ok->request.requested_outputs, std::vector<uint32_t>{1});
+}
+
+// Issue 17: a python model's requests keep their own parameters, as JSON (request.parameters());
+// those the server reads itself are left out, and other models' requests keep none.
+TEST(InferRequestParser, RequestsOfAModelThatKeepsParametersCarryThemAsJson) {
+  auto keeping = std::make_shared<ModelSignature>(*batching_model());
+  keeping->keeps_parameters = true;
+  const std::string two = ld(2, varint(1) + varint(2) + varint(3) + varint(4));
+  const std::string inputs =
+      ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {2, 2}, ld(5, two)));
+  const auto bits = [](double value) {
+    uint64_t out;
+    std::memcpy(&out, &value, sizeof out);
+    return out;
+  };
+  const std::string parameters = parameter(4, "temperature", key(4, 1) + le64(bits(0.5))) +
+                                 parameter(4, "greedy", vfield(1, 1)) + parameter(4, "top_k", vfield(2, 40)) +
+                                 parameter(4, "seed", vfield(5, 7)) + parameter(4, "stop", ld(3, "say \"end\"\n")) +
+                                 parameter(4, "priority", vfield(2, 3)) +
+                                 parameter(4, "triton_enable_empty_final_response", vfield(1, 1)) +
+                                 parameter(4, "nan", key(4, 1) + le64(bits(std::nan(""))));
+  auto kept = build(keeping, inputs + parameters);
+  ASSERT_TRUE(kept->status.ok()) << kept->status.message;
+  EXPECT_EQ(kept->request.parameters_json,
+            R"({"temperature":0.5,"greedy":true,"top_k":40,"seed":7,"stop":"say \"end\"\n","nan":null})");
+  EXPECT_EQ(kept->request.priority, 3u);
+  auto none = build(keeping, inputs);
+  EXPECT_EQ(none->request.parameters_json, "{}");
+  auto plain = build(batching_model(), inputs + parameters);
+  ASSERT_TRUE(plain->status.ok()) << plain->status.message;
+  EXPECT_TRUE(plain->request.parameters_json.empty());
 }
 
 // --- the response writer -------------------------------------------------------------------------

@@ -185,6 +185,7 @@ class ModelSignature:
         inputs: list[tuple[str, int, list[int], tuple[int, ...] | None, bool, bool]],
         outputs: list[tuple[str, int, list[int], bool]],
         decoupled: bool = False,
+        keeps_parameters: bool = False,
     ) -> None: ...
     @property
     def name(self) -> str: ...

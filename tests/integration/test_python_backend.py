@@ -5,6 +5,7 @@ each instance in a worker process of its own."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import threading
@@ -387,9 +388,12 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             requested = request.requested_output_names()
+            blob = pb_utils.get_input_tensor_by_name(request, "BLOB").as_numpy()
             outputs = [
                 pb_utils.Tensor("ID", np.array([request.request_id().encode()], dtype=object)),
                 pb_utils.Tensor("COUNT", np.array([len(requested)], dtype=np.int32)),
+                pb_utils.Tensor("PARAMETERS", np.array([request.parameters()], dtype=object)),
+                pb_utils.Tensor("BLOB_OUT", blob),
             ]
             if not requested or "UNUSED" in requested:  # computed only when asked for
                 outputs.append(pb_utils.Tensor("UNUSED", np.zeros(1, dtype=np.float32)))
@@ -398,29 +402,37 @@ class TritonPythonModel:
 """
 
 
-def test_execute_sees_the_requests_id_and_requested_outputs(tmp_path: Path) -> None:
+def test_execute_sees_the_requests_id_parameters_and_requested_outputs(tmp_path: Path) -> None:
     repository = tmp_path / "models"
     (repository / "details" / "1").mkdir(parents=True)
     (repository / "details" / "1" / "model.py").write_text(REQUEST_DETAILS)
     (repository / "details" / "config.pbtxt").write_text(
         'backend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'input [{ name: "BLOB" data_type: TYPE_STRING dims: [1] }]\n'
         'output [{ name: "ID" data_type: TYPE_STRING dims: [1] }, '
         '{ name: "COUNT" data_type: TYPE_INT32 dims: [1] }, '
+        '{ name: "PARAMETERS" data_type: TYPE_STRING dims: [1] }, '
+        '{ name: "BLOB_OUT" data_type: TYPE_STRING dims: [1] }, '
         '{ name: "UNUSED" data_type: TYPE_FP32 dims: [1] }]\n'
     )
     with (
         running_server(repository, ["details"], tmp_path) as server,
         grpcclient.InferenceServerClient(server.url) as client,
     ):
-        x = grpcclient.InferInput("X", [1], "FP32")
-        x.set_data_from_numpy(np.zeros(1, dtype=np.float32))
-        asked = [grpcclient.InferRequestedOutput(n) for n in ("ID", "COUNT")]
-        result = client.infer("details", [x], outputs=asked, request_id="req-7")
+        x = grpcclient.InferInput("BLOB", [1], "BYTES")
+        x.set_data_from_numpy(np.array([b"\xff\x00\xfe"], dtype=object))  # bytes, not text
+        asked = [grpcclient.InferRequestedOutput(n) for n in ("ID", "COUNT", "PARAMETERS")]
+        parameters = {"top_k": 40, "greedy": True, "stop": 'say "end"'}  # no floats in tritonclient
+        result = client.infer(
+            "details", [x], outputs=asked, request_id="req-7", parameters=parameters
+        )
         assert result.as_numpy("ID").tolist() == [b"req-7"]
-        assert result.as_numpy("COUNT").tolist() == [2]
+        assert result.as_numpy("COUNT").tolist() == [3]
+        assert json.loads(result.as_numpy("PARAMETERS")[0]) == parameters
         assert result.as_numpy("UNUSED") is None  # not asked for: the model left it out
         every = client.infer("details", [x], request_id="")
         assert every.as_numpy("ID").tolist() == [b""]
         assert every.as_numpy("COUNT").tolist() == [0]  # none named: every output
+        assert json.loads(every.as_numpy("PARAMETERS")[0]) == {}
+        assert every.as_numpy("BLOB_OUT").tolist() == [b"\xff\x00\xfe"]
         assert every.as_numpy("UNUSED").tolist() == [0.0]

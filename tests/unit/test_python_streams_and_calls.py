@@ -274,7 +274,7 @@ def test_a_decoupled_execute_must_return_none(
 
 def _bls_request(target: str) -> PythonRequest:
     x = np.array([[1.0, 2.0]], dtype=np.float32)
-    return PythonRequest(request_id="", inputs={"X": x}, parameters={"target": target})
+    return PythonRequest(request_id="", inputs={"X": x}, parameters=json.dumps({"target": target}))
 
 
 def test_bls_calls_reach_the_model_caller_and_their_answers_come_back(

@@ -29,6 +29,7 @@ struct ExecutorRequest {
   std::vector<Tensor> inputs;                       // model input order, with the request's own batch dim
   std::string_view id;                              // the client's request id ("" when it gave none)
   std::vector<std::string_view> requested_outputs;  // the outputs the client asked for, by name; empty: all
+  std::string_view parameters;                      // its own parameters as JSON, for a model that keeps them
 };
 
 // Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that

@@ -64,6 +64,7 @@ struct InferenceRequest {
   // For a request that came as protocol bytes: what its answer is written from (null otherwise).
   std::shared_ptr<const ModelSignature> signature;
   std::string id;                           // echoed in the answer
+  std::string parameters_json;              // the request's own parameters, when the signature keeps them
   std::vector<uint32_t> requested_outputs;  // indices into signature->outputs, in request order; empty = all
   std::vector<SharedMemoryOutput> shared_memory_outputs;  // of the requested outputs, those written there
   bool stream = false;                                    // answered as a ModelStreamInferResponse

@@ -43,6 +43,9 @@ struct ModelSignature {
   // model_transaction_policy { decoupled: true }: any number of responses per request, served on
   // ModelStreamInfer only.
   bool decoupled = false;
+  // Requests keep their own parameters as JSON (InferenceRequest::parameters_json): Triton's python
+  // backend hands them to model code as request.parameters().
+  bool keeps_parameters = false;
 };
 
 // Checks `parsed` against `signature` and fills `out` (an empty request) with the model's inputs

@@ -7,6 +7,10 @@
 
 namespace inferd {
 
+// Appends `text` as a JSON string: quotes, backslashes and control characters escaped, bytes that
+// are not UTF-8 replaced by U+FFFD (the text ends at its first NUL).
+void append_json_string(std::string& out, const std::string& text);
+
 // structlog's levels, in order.
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kCritical = 4 };
 

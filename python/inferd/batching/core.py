@@ -70,10 +70,15 @@ def core_signature(
     outputs: Sequence[TensorSignature],
     *,
     decoupled: bool = False,
+    keeps_parameters: bool = False,
+    bytes_are_text: bool = True,
 ) -> ModelSignature:
     """What the core checks a model version's requests against and writes its answers from.
     ``decoupled``: the model's ``model_transaction_policy { decoupled: true }`` (any number of
-    responses per request: the core's transport serves it on ModelStreamInfer only)."""
+    responses per request: the core's transport serves it on ModelStreamInfer only);
+    ``keeps_parameters``: requests keep their own parameters (a python model's
+    ``request.parameters()``); ``bytes_are_text``: BYTES inputs must be UTF-8 (ONNX strings; a
+    python model takes any bytes)."""
     return _core.ModelSignature(
         name,
         version,
@@ -87,12 +92,13 @@ def core_signature(
                 list(t.dims),
                 t.reshape,
                 t.optional,
-                t.datatype.is_bytes,
+                t.datatype.is_bytes and bytes_are_text,
             )
             for t in inputs
         ],
         [(t.name, t.datatype.config_type, list(t.dims), t.reshape is not None) for t in outputs],
         decoupled=decoupled,
+        keeps_parameters=keeps_parameters,
     )
 
 

@@ -102,14 +102,15 @@ class PythonBackendExecutor:
         self,
         requests: list[list[np.ndarray | None]],
         respond: Callable[[int, Any], None] | None = None,
-        details: list[tuple[str, list[str]]] | None = None,
+        details: list[tuple[str, list[str], str]] | None = None,
     ) -> list[Any]:
         """One batch through the model's ``execute``: per request its outputs in the config's
         order, or the error that fails it alone; for a decoupled model, each request's final
         answer (None: the final flag alone), its other responses given to ``respond`` (request
-        index, outputs or error) as they come. ``details``: each request's id and the outputs
-        it asked for (what ``request_id()`` and ``requested_output_names()`` return)."""
-        described = details if details is not None else [("", [])] * len(requests)
+        index, outputs or error) as they come. ``details``: each request's id, the outputs it
+        asked for and its parameters as JSON (``request_id()``, ``requested_output_names()``,
+        ``parameters()``)."""
+        described = details if details is not None else [("", [], "{}")] * len(requests)
         batch = [
             PythonRequest(
                 request_id=request_id,
@@ -119,8 +120,9 @@ class PythonBackendExecutor:
                     if array is not None
                 },
                 requested_output_names=list(requested),
+                parameters=parameters,
             )
-            for inputs, (request_id, requested) in zip(requests, described, strict=True)
+            for inputs, (request_id, requested, parameters) in zip(requests, described, strict=True)
         ]
         with self._lock:
             if not self._restart_if_due_locked():

@@ -41,7 +41,7 @@ from inferd.repository import (
     model_filename,
     stated_config,
 )
-from inferd.repository.config import ENSEMBLE_PLATFORM
+from inferd.repository.config import ENSEMBLE_PLATFORM, PYTHON_BACKEND
 from inferd.repository.ensemble import EnsemblePlan, check_ensemble_config, plan_ensemble
 from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
@@ -247,6 +247,9 @@ class ModelVersionBuilder:
                 inputs,
                 outputs,
                 decoupled=config.model_transaction_policy.decoupled,
+                # A python model reads its requests' parameters and takes BYTES as any bytes.
+                keeps_parameters=config.backend == PYTHON_BACKEND,
+                bytes_are_text=config.backend != PYTHON_BACKEND,
             ),
             policy,
             executors,

@@ -108,7 +108,7 @@ class PythonRequest:
     request_id: str
     inputs: dict[str, npt.NDArray[Any]]  # BYTES inputs as object arrays of bytes
     requested_output_names: list[str] = field(default_factory=list)  # empty: every output
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: str = "{}"  # the request's own parameters, a JSON object (request.parameters())
     correlation_id: int | str = 0
     flags: int = 0
     timeout_us: int = 0
@@ -278,7 +278,7 @@ class PythonModelProcess:
                         "request_id": request.request_id,
                         "inputs": [ref.to_message() for ref in refs[position : position + count]],
                         "requested_output_names": request.requested_output_names,
-                        "parameters": json.dumps(request.parameters),
+                        "parameters": request.parameters,
                         "correlation_id": request.correlation_id,
                         "flags": request.flags,
                         "timeout": request.timeout_us,
