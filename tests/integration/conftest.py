@@ -198,7 +198,14 @@ def running_server(
     if started.get("metrics_port") is not None:
         running.metrics_url = f"http://127.0.0.1:{started['metrics_port']}/metrics"
 
-    yield running
+    try:
+        yield running
+    except BaseException:
+        # The test failed inside the block: the server (and its python workers, which end with
+        # their channel) must not outlive it and confuse the tests after it.
+        process.kill()
+        process.wait()
+        raise
 
     process.send_signal(signal.SIGTERM)
     try:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import socket
+import subprocess
+import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ import pytest
 
 import inferd._proto.grpc_service_pb2 as pb
 from inferd import errors
+from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCall, ModelOutputs, decode_answer, encode_call
 from inferd.python_backend.process import (
     PythonModelProcess,
@@ -373,3 +378,36 @@ def test_an_answer_decodes_from_model_infer_response_bytes() -> None:
     response.raw_output_contents.append(b"\x02\x00\x00\x00ok")
     outputs = decode_answer(response.SerializeToString())
     assert outputs["Y"].tolist() == [4, 5] and outputs["T"].tolist() == [[b"ok"]]
+
+
+SLEEPS = """
+import time
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(60)
+        return []
+"""
+
+
+def test_a_worker_whose_server_is_gone_exits_even_inside_execute(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, SLEEPS, "sleeps")
+    parent, child = socket.socketpair()
+    command = [sys.executable, "-m", "inferd.python_backend.worker", "--model", "sleeps"]
+    command += ["--version", "1", "--instance", "sleeps_0", "--model-file", str(spec.model_file)]
+    worker = subprocess.Popen([*command, "--fd", str(child.fileno())], pass_fds=(child.fileno(),))
+    child.close()
+    try:
+        channel = ipc.Channel(parent)
+        channel.send({"type": "initialize", "args": spec.initialize_args()})
+        assert channel.receive()[0]["type"] == "ready"
+        channel.send({"type": "execute", "requests": []})
+        time.sleep(0.5)  # inside its 60 s execute
+        started = time.monotonic()
+        parent.close()  # the server is gone
+        assert worker.wait(timeout=30) == 1
+        print(f"the orphaned worker exited {time.monotonic() - started:.1f} s later")
+    finally:
+        worker.kill()
+        worker.wait()

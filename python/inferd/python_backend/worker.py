@@ -49,6 +49,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,6 +99,9 @@ def _import_model(model_file: Path) -> ModuleType:
     spec.loader.exec_module(module)
     return module
 
+
+# How long a worker whose server went away may take to finalize before it exits anyway.
+_ORPHAN_GRACE_S = 10.0
 
 # ErrorCode names (the server's) as TritonError codes, for a BLS call's failure.
 _TRITON_CODES = {
@@ -244,6 +248,10 @@ class ModelWorker:
         except (ipc.ChannelClosed, OSError, ValueError):
             self._calls.close("the server closed the worker's channel")
             self._inbox.put(None)
+        # The server is gone (or stopping it): the main thread finalizes and exits, unless model
+        # code holds it; then the process ends here, so that no worker outlives its server.
+        time.sleep(_ORPHAN_GRACE_S)
+        os._exit(1)
 
     def _serve_batches(self) -> None:
         """Executes batches until the server says stop."""
