@@ -13,9 +13,10 @@ Names that exist (everything else Triton documents raises, see below):
   request_id="", correlation_id=0, flags=0, timeout=0, parameters=None)``: ``inputs()``,
   ``request_id()``, ``correlation_id()``, ``requested_output_names()``, ``model_name()``,
   ``model_version()``, ``flags()``, ``timeout()``, ``parameters()`` (a JSON string),
-  ``is_cancelled()``, ``get_response_sender()`` (decoupled models only), ``exec(decoupled=False)``
-  and ``async_exec(decoupled=False)`` (Business Logic Scripting), ``set_release_flags(flags)``
-  (``TRITONSERVER_REQUEST_RELEASE_ALL`` only: rescheduling raises).
+  ``is_cancelled()`` (always False: cancellation does not reach model code yet),
+  ``get_response_sender()`` (decoupled models only), ``exec()`` and ``async_exec()`` (Business
+  Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises),
+  ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_ALL`` only: rescheduling raises).
 * ``InferenceResponse(output_tensors=None, error=None, parameters=None)``: ``output_tensors()``,
   ``has_error()``, ``error()``, ``parameters()`` (a JSON string).
 * ``InferenceResponseSender`` (what ``get_response_sender()`` returns): ``send(response=None,
@@ -43,7 +44,7 @@ Not supported (reading the name raises ``TritonModelException`` naming it): cust
 (``MetricFamily``, ``Metric``, ``MetricKind``), the model loading API (``load_model``,
 ``unload_model``, ``is_model_ready``), BLS output placement (``PreferredMemory``,
 ``TRITONSERVER_MEMORY_CPU``, ``TRITONSERVER_MEMORY_GPU``), DLPack (``Tensor.to_dlpack``,
-``Tensor.from_dlpack``) and request rescheduling.
+``Tensor.from_dlpack``), request rescheduling and BLS calls into decoupled models.
 
 The worker process plugs itself in through ``set_log_sink``, ``set_bls_executor``,
 ``InferenceRequest._attach_response_sender`` and ``InferenceRequest._mark_cancelled``; model
