@@ -28,6 +28,7 @@ help:
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
 	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~12 min)"
 	@echo "make bench-python   benchmarks/python_backend.py: an identity python model vs the same as ONNX, and IPC per batch (8-15 min)"
+	@echo "make bench-python-decoupled benchmarks/python_decoupled.py: a decoupled python model's streamed responses (~1 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -174,6 +175,12 @@ bench-ensemble: build
 .PHONY: bench-python
 bench-python: build
 	$(PY) benchmarks/python_backend.py --python $(PY)
+
+# Issue 17: the decoupled `generate` example's streamed responses, 1 and 16 tritonclient streams:
+# responses per second, time to first response, server CPU per response (~1 min).
+.PHONY: bench-python-decoupled
+bench-python-decoupled: build
+	$(PY) benchmarks/python_decoupled.py --python $(PY)
 
 # The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
 # gpu-carry downloads (here) the CPython 3.12 wheels it lacks, copies GoogleTest's sources and
