@@ -285,6 +285,13 @@ def floor_cpp_command(binary: Path, responses: Path) -> list[str]:
     return [str(binary), "--responses", str(responses), "--port", "0"]
 
 
+def proc_stat(pid: int) -> tuple[int, int, int, int]:
+    """(ppid, utime ticks, stime ticks, minor faults) of a process, from /proc/PID/stat."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
+    return int(fields[1]), int(fields[11]), int(fields[12]), int(fields[7])
+
+
 def rss_kib(pid: int) -> int | None:
     """VmRSS of a process in KiB (None once it is gone)."""
     try:

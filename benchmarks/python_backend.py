@@ -118,13 +118,6 @@ def write_repository(repository: Path, max_batch_size: int) -> dict[str, str]:
 # --- the server's processes ---------------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[int, int, int, int]:
-    """(ppid, utime ticks, stime ticks, minor faults) of a process."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
-    return int(fields[1]), int(fields[11]), int(fields[12]), int(fields[7])
-
-
 def _switches(pid: int) -> int:
     """Voluntary + involuntary context switches of every thread of a process."""
     total = 0
@@ -144,7 +137,7 @@ def children(pid: int) -> dict[int, dict[str, Any]]:
         if not entry.name.isdigit():
             continue
         try:
-            ppid, utime, stime, minflt = _proc_stat(int(entry.name))
+            ppid, utime, stime, minflt = harness.proc_stat(int(entry.name))
             if ppid != pid:
                 continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")

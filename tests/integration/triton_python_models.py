@@ -127,14 +127,9 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
 """
 
-REPEAT_MODEL: Final = """\
-import json
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
+# One request's responses, as Triton's repeat example sends them: one per IN element, each after
+# its DELAY (ms), then the final flag alone. Both repeat models below run it.
+_REPEAT_FUNCTION: Final = """
 def repeat(request):
     sender = request.get_response_sender()
     values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
@@ -145,6 +140,18 @@ def repeat(request):
         idx = pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32))
         sender.send(pb_utils.InferenceResponse(output_tensors=[out, idx]))
     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
+REPEAT_MODEL: Final = (
+    """\
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+"""
+    + _REPEAT_FUNCTION
+    + """
 
 
 class TritonPythonModel:
@@ -158,25 +165,18 @@ class TritonPythonModel:
             repeat(request)
         return None
 """
+)
 
-REPEAT_THREADED_MODEL: Final = """\
+REPEAT_THREADED_MODEL: Final = (
+    """\
 import threading
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-
-def repeat(request):
-    sender = request.get_response_sender()
-    values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-    delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
-    for index, value in enumerate(values):
-        time.sleep(float(delays[index]) / 1000)
-        out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
-        idx = pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32))
-        sender.send(pb_utils.InferenceResponse(output_tensors=[out, idx]))
-    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+    + _REPEAT_FUNCTION
+    + """
 
 
 class TritonPythonModel:
@@ -196,6 +196,7 @@ class TritonPythonModel:
         for thread in self.threads:
             thread.join()
 """
+)
 
 REPEAT_CONFIG: Final = """\
 name: "{name}"

@@ -13,7 +13,6 @@ import json
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,8 +30,8 @@ from inferd.python_backend.process import (
     PythonModelProcess,
     PythonRequest,
     PythonResponse,
-    WorkerSpec,
 )
+from tests.unit.test_python_worker import _spec
 
 REPEAT = """
 import threading
@@ -145,24 +144,6 @@ class TritonPythonModel:
 """
 
 
-def _spec(tmp_path: Path, source: str, name: str, decoupled: bool = False) -> WorkerSpec:
-    version_dir = tmp_path / name / "1"
-    version_dir.mkdir(parents=True)
-    model_file = version_dir / "model.py"
-    model_file.write_text(textwrap.dedent(source))
-    config: dict[str, Any] = {"name": name, "backend": "python", "max_batch_size": 8}
-    if decoupled:
-        config["model_transaction_policy"] = {"decoupled": True}
-    return WorkerSpec(
-        model_name=name,
-        model_version=1,
-        instance_name=f"{name}_0",
-        model_file=model_file,
-        model_config_json=json.dumps(config),
-        model_repository=tmp_path / name,
-    )
-
-
 class RecordingCaller:
     """A ModelCaller that answers "double" with 2*X on a thread, and fails every other model."""
 
@@ -193,7 +174,7 @@ def process_of(tmp_path: Path) -> Iterator[Callable[..., PythonModelProcess]]:
     def start(
         source: str, name: str, decoupled: bool = False, caller: Any = None
     ) -> PythonModelProcess:
-        process = PythonModelProcess(_spec(tmp_path, source, name, decoupled), caller)
+        process = PythonModelProcess(_spec(tmp_path, source, name, decoupled=decoupled), caller)
         process.start(timeout_s=30)
         started.append(process)
         return process

@@ -180,12 +180,17 @@ class TritonPythonModel:
 """
 
 
-def _spec(tmp_path: Path, source: str, name: str = "add_sub") -> WorkerSpec:
+def _spec(
+    tmp_path: Path, source: str, name: str = "add_sub", *, decoupled: bool = False
+) -> WorkerSpec:
+    """A model folder with ``source`` as its model.py, and the spec of its one instance."""
     version_dir = tmp_path / name / "1"
     version_dir.mkdir(parents=True)
     model_file = version_dir / "model.py"
     model_file.write_text(textwrap.dedent(source))
-    config = {"name": name, "backend": "python", "max_batch_size": 8}
+    config: dict[str, Any] = {"name": name, "backend": "python", "max_batch_size": 8}
+    if decoupled:
+        config["model_transaction_policy"] = {"decoupled": True}
     return WorkerSpec(
         model_name=name,
         model_version=1,
@@ -215,8 +220,8 @@ def _request(request_id: str, **inputs: Any) -> PythonRequest:
     return PythonRequest(request_id=request_id, inputs=inputs)
 
 
-def _ok(response: PythonResponse) -> dict[str, Any]:
-    assert response.error is None, response.error
+def _ok(response: PythonResponse | None) -> dict[str, Any]:
+    assert response is not None and response.error is None, response
     return response.outputs
 
 

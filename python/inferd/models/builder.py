@@ -292,14 +292,8 @@ class ModelVersionBuilder:
             scheduler = EnsembleScheduler(
                 self._dispatcher,
                 self._directory,
-                core_signature(
-                    name,
-                    str(version),
-                    int(config.max_batch_size),
-                    inputs,
-                    outputs,
-                    decoupled=config.model_transaction_policy.decoupled,
-                ),
+                # Never decoupled: check_ensemble_config refuses a decoupled ensemble.
+                core_signature(name, str(version), int(config.max_batch_size), inputs, outputs),
                 inputs,
                 outputs,
                 steps,

@@ -348,30 +348,38 @@ class ArenaReader:
             self._arena = None
 
 
-def place_once(
-    name: str, tensors: list[tuple[str, npt.NDArray[Any]]]
-) -> tuple[list[TensorRef], Arena | None]:
-    """Tensors in an arena of their own, for a message that is not part of the batch protocol
-    (a BLS call, its answer, a decoupled model's streamed response): several may be in flight at
-    once, so none can share the batch arenas. The caller sends the arena's descriptor and size
-    (``arena_size``) with the refs, then closes it (None: no tensors, no arena)."""
-    if not tensors:
-        return [], None
-    refs, arena = ArenaWriter(name).place(tensors)
-    return refs, arena
+class TensorMessage:
+    """A control message with tensors in a shared-memory arena of its own, for a message that is
+    not part of the batch protocol (a BLS call, its answer, a decoupled model's streamed
+    response): several may be in flight at once, so none can share the batch arenas.
 
+    Building it places the tensors (TypeError or ValueError for one no arena holds) and puts
+    their refs under ``key``; send ``message`` with ``fds``, inside ``with``, which closes this
+    side's descriptor (the receiver has its own by then). No tensors: no arena.
+    """
 
-def with_arena(message: Message, arena: Arena | None) -> tuple[Message, tuple[int, ...]]:
-    """``message`` carrying ``arena`` (from ``place_once``) and the descriptors to send it with."""
-    if arena is None:
-        return message, ()
-    return {**message, "arena_size": arena.size}, (arena.fd,)
+    def __init__(
+        self, name: str, message: Message, key: str, tensors: list[tuple[str, npt.NDArray[Any]]]
+    ) -> None:
+        refs, self._arena = ArenaWriter(name).place(tensors) if tensors else ([], None)
+        self.message: Message = {**message, key: [ref.to_message() for ref in refs]}
+        self.fds: tuple[int, ...] = ()
+        if self._arena is not None:
+            self.message["arena_size"] = self._arena.size
+            self.fds = (self._arena.fd,)
+
+    def __enter__(self) -> TensorMessage:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._arena is not None:
+            self._arena.close()
 
 
 def copy_out(
     message: Message, fds: list[int], refs: list[TensorRef]
 ) -> dict[str, npt.NDArray[Any]]:
-    """The tensors a ``place_once`` message brought, copied out of its arena (then unmapped)."""
+    """The tensors a ``TensorMessage`` brought, copied out of its arena (then unmapped)."""
     reader = ArenaReader()
     try:
         reader.adopt(message, fds)

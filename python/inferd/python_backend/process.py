@@ -439,30 +439,24 @@ class PythonModelProcess:
     ) -> None:
         """A BLS call's outputs or failure to the worker that made it (unless it is gone)."""
         answer: ipc.Message = {"type": "bls_result", "id": call_id}
-        arena: ipc.Arena | None = None
+        name = f"inferd-bls-answer-{self._spec.instance_name}"
         try:
             if isinstance(outcome, errors.InferdError):
                 raise outcome
-            outputs = outcome.result()
-            refs, arena = ipc.place_once(
-                f"inferd-bls-answer-{self._spec.instance_name}", list(outputs.items())
-            )
-            answer["outputs"] = [ref.to_message() for ref in refs]
+            placed = ipc.TensorMessage(name, answer, "outputs", list(outcome.result().items()))
         except errors.InferdError as error:
-            answer.update(error=str(error), code=error.code.name)
+            failed = {**answer, "error": str(error), "code": error.code.name}
+            placed = ipc.TensorMessage(name, failed, "outputs", [])
         except Exception as error:  # the caller's own failure: the worker still gets an answer
             log.exception("a model-to-model call failed", **self._identity())
-            answer.update(error=f"model-to-model call failed: {error}", code="INTERNAL")
-        framed, fds = ipc.with_arena(answer, arena)
-        try:
+            reason = f"model-to-model call failed: {error}"
+            placed = ipc.TensorMessage(
+                name, {**answer, "error": reason, "code": "INTERNAL"}, "outputs", []
+            )
+        with placed, contextlib.suppress(OSError):  # OSError: the worker is gone
             if channel is not None:
                 with self._send_lock:
-                    channel.send(framed, fds)
-        except OSError:
-            pass  # the worker is gone
-        finally:
-            if arena is not None:
-                arena.close()
+                    channel.send(placed.message, placed.fds)
 
     def _send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
         assert self._channel is not None

@@ -358,18 +358,13 @@ class ModelWorker:
             message["error"] = "" if error is None else str(error.message())
             self.send(message)
             return
+        name = f"inferd-response-{self._options.instance}"
         try:
-            outputs = _outputs_of(response, requested)
-            refs, arena = ipc.place_once(f"inferd-response-{self._options.instance}", outputs)
+            placed = ipc.TensorMessage(name, message, "outputs", _outputs_of(response, requested))
         except (TypeError, ValueError) as error:
             raise pb_utils.TritonModelException(str(error)) from error
-        message["outputs"] = [ref.to_message() for ref in refs]
-        framed, fds = ipc.with_arena(message, arena)
-        try:
-            self.send(framed, fds)
-        finally:
-            if arena is not None:
-                arena.close()
+        with placed:
+            self.send(placed.message, placed.fds)
 
     def _call_model(
         self, request: pb_utils.InferenceRequest, decoupled: bool
@@ -381,29 +376,26 @@ class ModelWorker:
                 "InferenceRequest.exec(decoupled=True) is not supported by inferd: BLS calls "
                 "models that answer once per request"
             )
-        try:
-            tensors = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
-            refs, arena = ipc.place_once(f"inferd-bls-{self._options.instance}", tensors)
-        except (TypeError, ValueError) as error:
-            raise pb_utils.TritonModelException(str(error)) from error
-        call_id, answer = self._calls.open()
         message: ipc.Message = {
             "type": "bls",
-            "id": call_id,
             "model": request.model_name(),
             "version": request.model_version(),
-            "inputs": [ref.to_message() for ref in refs],
             "requested_output_names": request.requested_output_names(),
             "request_id": request.request_id(),
             "parameters": request.parameters(),
             "timeout": request.timeout(),
         }
-        framed, fds = ipc.with_arena(message, arena)
         try:
-            self.send(framed, fds)
-        finally:
-            if arena is not None:
-                arena.close()
+            tensors = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
+            placed = ipc.TensorMessage(
+                f"inferd-bls-{self._options.instance}", message, "inputs", tensors
+            )
+        except (TypeError, ValueError) as error:
+            raise pb_utils.TritonModelException(str(error)) from error
+        call_id, answer = self._calls.open()
+        placed.message["id"] = call_id
+        with placed:
+            self.send(placed.message, placed.fds)
         reply, reply_fds = answer.get()
         if "error" in reply:
             for fd in reply_fds:
