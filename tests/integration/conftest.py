@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.examples import DATATYPES, make_examples, write_identity_model
@@ -122,6 +124,24 @@ class ServerProcess:
     def records(self) -> list[dict[str, object]]:
         """The server's JSON log records so far."""
         return _records(self.log_path)
+
+    def pending(self, model: str) -> int:
+        """The model's queued requests now (``nv_inference_pending_request_count``)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name == "nv_inference_pending_request_count":
+                for sample in family.samples:
+                    if sample.labels.get("model") == model:
+                        return int(sample.value)
+        return 0
+
+    def wait_for_pending(self, model: str, count: int, timeout_s: float = 30.0) -> None:
+        """Wait until ``count`` requests are queued for the model."""
+        deadline = time.monotonic() + timeout_s
+        while self.pending(model) != count:
+            assert time.monotonic() < deadline, f"{model}: never {count} queued"
+            time.sleep(0.005)
 
 
 @contextlib.contextmanager

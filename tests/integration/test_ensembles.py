@@ -298,7 +298,7 @@ def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
 
 
 def test_a_cancelled_call_takes_its_queued_step_out(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, serving: ServerProcess
 ) -> None:
     # As above, slow_chain's second step waits behind a busy request; the client cancels.
     answers: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -315,7 +315,7 @@ def test_a_cancelled_call_takes_its_queued_step_out(
         [fp32("IN", np.ones((1, WIDTH), np.float32))],
         lambda result, error: answers.put(("cancelled", error)),
     )
-    time.sleep(0.03)  # pre has answered and the second step is queued: slow computes ~100 ms
+    serving.wait_for_pending("slow", 1)  # pre has answered and the second step is queued
     call.cancel()
     results = dict(answers.get(timeout=30) for _ in range(2))
     assert results["busy"] is None
@@ -328,10 +328,13 @@ def test_a_cancelled_call_takes_its_queued_step_out(
     assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 
 
-def test_the_priority_reaches_the_queued_step(triton: grpcclient.InferenceServerClient) -> None:
-    # ordered runs one request at a time, by priority (2 by default). While a busy request
-    # computes, a direct request at priority 2 queues, then ordered_chain's step at priority 1:
-    # it must run first, which it can only if the ensemble request's priority reached it.
+def test_the_priority_reaches_the_queued_step(
+    triton: grpcclient.InferenceServerClient, serving: ServerProcess
+) -> None:
+    # ordered runs one request at a time, by priority (2 by default). While one of two direct
+    # requests at priority 2 computes (~100 ms) and the other queues, ordered_chain's step comes
+    # at priority 1: it must run next, which it can only if the ensemble request's priority
+    # reached it. Which direct request the server took first is the transport's to decide.
     finished: queue.Queue[tuple[str, Any]] = queue.Queue()
     row = np.ones((1, WIDTH), np.float32)
 
@@ -344,13 +347,14 @@ def test_the_priority_reaches_the_queued_step(triton: grpcclient.InferenceServer
         )
 
     send("ordered", "INPUT0", "busy")
-    time.sleep(0.01)  # the idle worker takes it: ~100 ms of compute
     send("ordered", "INPUT0", "low", priority=2)
-    time.sleep(0.01)
+    serving.wait_for_pending("ordered", 1)
     send("ordered_chain", "IN", "high", priority=1)
     done = [finished.get(timeout=30) for _ in range(3)]
     assert [error for _, error in done] == [None] * 3
-    assert [tag for tag, _ in done] == ["busy", "high", "low"]
+    order = [tag for tag, _ in done]
+    assert order[1] == "high", order
+    assert sorted(order[0::2]) == ["busy", "low"], order
 
 
 def test_config_and_metadata_describe_the_ensemble(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +15,6 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.examples import write_identity_model
@@ -379,17 +377,6 @@ def test_an_object_truncated_after_register(client: grpcclient.InferenceServerCl
         client.unregister_system_shared_memory(region.name)
 
 
-def _pending(server: ServerProcess, model: str) -> int:
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        if family.name == "nv_inference_pending_request_count":
-            for sample in family.samples:
-                if sample.labels.get("model") == model:
-                    return int(sample.value)
-    return 0
-
-
 def _wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -432,7 +419,7 @@ class Queued:
         client.async_infer(SLOW_MODEL, inputs, self._callback("shm"), outputs=outputs)
 
         def arrived() -> bool:
-            queued = _pending(server, SLOW_MODEL)
+            queued = server.pending(SLOW_MODEL)
             return queued >= 1 and queued + _completed(client) - completed_before == len(BLOCKERS)
 
         _wait_until(arrived)
@@ -446,7 +433,7 @@ class Queued:
         return done
 
     def still_queued(self) -> bool:
-        return _pending(self._server, SLOW_MODEL) >= 1
+        return self._server.pending(SLOW_MODEL) >= 1
 
     def wait(self) -> dict[str, tuple[Any, Any]]:
         assert self._done.wait(120), f"answers: {self.answers}"
