@@ -203,7 +203,9 @@ def occupy(
     client: grpcclient.InferenceServerClient, model: str, answers: Answers, rows: int = 1
 ) -> None:
     """Starts a request that keeps the model's only instance busy. The idle worker takes it
-    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms)."""
+    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms).
+    The channel connects first: two calls on a connecting channel reach the server in any order."""
+    assert client.is_server_live()
     client.async_infer(model, fp32_input(column(*[-1.0] * rows)), answers.callback("busy"))
     time.sleep(0.01)
 

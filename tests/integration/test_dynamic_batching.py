@@ -109,7 +109,9 @@ def stats(client: grpcclient.InferenceServerClient, model: str) -> Any:
 
 def occupy(client: grpcclient.InferenceServerClient, model: str, answers: Answers) -> None:
     """Starts a request that keeps the model's only instance busy. The idle worker takes it
-    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms)."""
+    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms).
+    The channel connects first: two calls on a connecting channel reach the server in any order."""
+    assert client.is_server_live()
     client.async_infer(model, fp32_input(np.array([[-1.0]], np.float32)), answers.callback("busy"))
     time.sleep(0.01)
 
