@@ -31,7 +31,8 @@ namespace py = pybind11;
 // One whose `takes_request_details` attribute is true (read once) is also given each request's id
 // and the names of the outputs it asked for: `execute_requests(batch, respond, details)`, respond
 // None unless decoupled, details a list of (id: str, requested_outputs: list[str], parameters: str,
-// a JSON object) per request.
+// a JSON object, cancelled: a callable answering whether the request was cancelled while it runs)
+// per request.
 class PythonExecutor : public Executor {
  public:
   // Requires the GIL. `output_types` is the model's output datatypes, in output order.

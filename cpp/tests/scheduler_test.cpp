@@ -726,6 +726,63 @@ TEST(Scheduler, CancelAnswersAQueuedRequestWithoutRunningIt) {
   EXPECT_EQ(rows.size(), 1u);
 }
 
+// Answers each request once it is cancelled (its own value, negated), or with its value after
+// `patience`; records which requests saw their cancellation. Signals when it starts running.
+class CancellableExecutor : public Executor {
+ public:
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on an executor answering each request");
+  }
+  bool answers_each_request() const override { return true; }
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
+                          ResponseStream*) override {
+    running.store(true);
+    const auto patience = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    for (const ExecutorRequest& request : requests) {
+      const int32_t value = *reinterpret_cast<const int32_t*>(request.inputs.at(0).data);
+      const auto cancelled_now = [&] { return request.cancelled != nullptr && request.cancelled->load(); };
+      bool cancelled = cancelled_now();
+      while (!cancelled && std::chrono::steady_clock::now() < patience) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        cancelled = cancelled_now();
+      }
+      auto out = std::make_shared<int32_t>(cancelled ? -value : value);
+      RequestResult result;
+      result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(out.get()), 4, out});
+      results->push_back(std::move(result));
+    }
+    return Status::Ok();
+  }
+  std::atomic<bool> running{false};
+};
+
+TEST(Scheduler, ARunningRequestsExecutorIsToldOfItsCancellationAndTheOthersAreNot) {
+  auto queue = std::make_shared<CompletionQueue>();
+  auto executor = std::make_unique<CancellableExecutor>();
+  CancellableExecutor* running = executor.get();
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::move(executor));
+  SchedulerOptions batching = options("python", 8, /*dynamic=*/true);
+  batching.batching.max_queue_delay_us = 50000;  // both requests ride one batch
+  Scheduler scheduler(std::move(batching), std::move(instances), queue, test_pool());
+  ASSERT_TRUE(scheduler.submit(int_request(1, 7)).ok());
+  ASSERT_TRUE(scheduler.submit(int_request(2, 9)).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!running->running.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(running->running.load());
+  EXPECT_FALSE(scheduler.cancel(2));  // not queued: it runs on, told
+  auto done = collect(*queue, 2);
+  ASSERT_EQ(done.size(), 2u);
+  ASSERT_TRUE(done.at(1).status.ok()) << done.at(1).status.message;
+  ASSERT_TRUE(done.at(2).status.ok()) << done.at(2).status.message;
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(done.at(1).outputs.at(0).data), 7);
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(done.at(2).outputs.at(0).data), -9);
+  EXPECT_EQ(done.at(1).timing.batch_id, done.at(2).timing.batch_id);
+  EXPECT_FALSE(scheduler.cancel(2));  // done: nothing left to tell
+}
+
 }  // namespace
 }  // namespace inferd
 

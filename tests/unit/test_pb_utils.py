@@ -189,7 +189,7 @@ ERRORS = """
 def test_error_responses_carry_message_and_code(tmp_path: pathlib.Path) -> None:
     model = load_model(tmp_path, ERRORS)()
     cancelled = request({"X": np.zeros(1, np.float32)}, [])
-    cancelled._mark_cancelled()
+    cancelled._attach_cancellation(lambda: True)
     missing, found = request({}, []), request({"X": np.zeros(1, np.float32)}, [])
     responses = model.execute([missing, cancelled, found])
     assert all(r.has_error() for r in responses)

@@ -258,6 +258,52 @@ def test_a_decoupled_execute_must_return_none(
     assert finals[0] is not None and "must return None" in str(finals[0].error)
 
 
+ASKS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(
+            __import__("json").loads(args["model_config"]))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            asked = [request.is_cancelled()]
+            if self.decoupled:
+                asked.append(request.get_response_sender().is_cancelled())
+            out = pb_utils.Tensor("OUT", np.array(asked, dtype=np.int32))
+            response = pb_utils.InferenceResponse(output_tensors=[out])
+            if not self.decoupled:
+                responses.append(response)
+                continue
+            sender = request.get_response_sender()
+            sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            asked_after = sender.is_cancelled()  # closed: answered from what was last heard
+            assert asked_after == asked[1], (asked_after, asked)
+        return None if self.decoupled else responses
+"""
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_is_cancelled_asks_the_server_about_each_request_of_the_batch(
+    process_of: Callable[..., PythonModelProcess], decoupled: bool
+) -> None:
+    process = process_of(ASKS, "asks", decoupled=decoupled)
+    batch = [_request([0]), _request([1]), _request([2])]
+    batch[0].cancelled = lambda: True
+    batch[1].cancelled = lambda: False  # batch[2]: not tracked
+    answers = process.execute(batch, lambda index, response: None)
+    outputs = [answer.outputs["OUT"].tolist() for answer in answers if answer is not None]
+    assert all(answer is not None and answer.error is None for answer in answers), answers
+    if decoupled:
+        assert outputs == [[1, 1], [0, 0], [0, 0]]
+    else:
+        assert outputs == [[1], [0], [0]]
+
+
 def _bls_request(target: str) -> PythonRequest:
     x = np.array([[1.0, 2.0]], dtype=np.float32)
     return PythonRequest(request_id="", inputs={"X": x}, parameters=json.dumps({"target": target}))

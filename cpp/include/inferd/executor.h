@@ -1,6 +1,9 @@
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +33,12 @@ struct ExecutorRequest {
   std::string_view id;                              // the client's request id ("" when it gave none)
   std::vector<std::string_view> requested_outputs;  // the outputs the client asked for, by name; empty: all
   std::string_view parameters;                      // its own parameters as JSON, for a model that keeps them
+  // Set once the request is cancelled while it runs (its client went away): the executor may
+  // stop early; whatever it answers is dropped. Null when the scheduler does not track it.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  // The client's deadline (the core answers DEADLINE_EXCEEDED then): past it, the request is as
+  // good as cancelled.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 // Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that

@@ -17,6 +17,7 @@
 #include "inferd/model_statistics.h"
 #include "inferd/pinned_buffer_pool.h"
 #include "inferd/request_scheduler.h"
+#include "inferd/running_requests.h"
 
 namespace inferd {
 
@@ -75,7 +76,8 @@ class Scheduler final : public RequestScheduler {
   Status submit(std::unique_ptr<InferenceRequest>&& request) override;
 
   // Answers the request with `token` CANCELLED if it is still queued; returns whether it was.
-  // A request already in a batch runs to the end. Thread-safe, non-blocking.
+  // A request already in a batch runs to the end; an executor that answers each request is told
+  // (ExecutorRequest::cancelled) and may end it early. Thread-safe, non-blocking.
   bool cancel(uint64_t token) override;
 
   // Closes intake, answers or computes what is queued (per `mode`) and joins the workers.
@@ -124,6 +126,7 @@ class Scheduler final : public RequestScheduler {
   std::shared_ptr<PinnedBufferPool> pool_;
   DynamicBatcher batcher_;
   ModelStatistics statistics_;
+  RunningRequests running_;  // the requests of batches executors answer request by request
   std::atomic<uint64_t> next_batch_id_{1};
 
   std::mutex order_mutex_;               // with preserve_ordering only

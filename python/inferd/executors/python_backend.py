@@ -47,6 +47,10 @@ log = structlog.get_logger(__name__)
 InstanceHealth = Callable[[str | None], None]
 
 
+def _never() -> bool:
+    return False
+
+
 def _close_fds(*fds: int) -> None:
     for fd in fds:
         os.close(fd)
@@ -102,15 +106,15 @@ class PythonBackendExecutor:
         self,
         requests: list[list[np.ndarray | None]],
         respond: Callable[[int, Any], None] | None = None,
-        details: list[tuple[str, list[str], str]] | None = None,
+        details: list[tuple[str, list[str], str, Callable[[], bool]]] | None = None,
     ) -> list[Any]:
         """One batch through the model's ``execute``: per request its outputs in the config's
         order, or the error that fails it alone; for a decoupled model, each request's final
         answer (None: the final flag alone), its other responses given to ``respond`` (request
         index, outputs or error) as they come. ``details``: each request's id, the outputs it
-        asked for and its parameters as JSON (``request_id()``, ``requested_output_names()``,
-        ``parameters()``)."""
-        described = details if details is not None else [("", [], "{}")] * len(requests)
+        asked for, its parameters as JSON and whether it was cancelled while it runs
+        (``request_id()``, ``requested_output_names()``, ``parameters()``, ``is_cancelled()``)."""
+        described = details if details is not None else [("", [], "{}", _never)] * len(requests)
         batch = [
             PythonRequest(
                 request_id=request_id,
@@ -121,8 +125,11 @@ class PythonBackendExecutor:
                 },
                 requested_output_names=list(requested),
                 parameters=parameters,
+                cancelled=cancelled,
             )
-            for inputs, (request_id, requested, parameters) in zip(requests, described, strict=True)
+            for inputs, (request_id, requested, parameters, cancelled) in zip(
+                requests, described, strict=True
+            )
         ]
         with self._lock:
             if not self._restart_if_due_locked():

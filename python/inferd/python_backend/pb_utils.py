@@ -13,7 +13,9 @@ Names that exist (everything else Triton documents raises, see below):
   request_id="", correlation_id=0, flags=0, timeout=0, parameters=None)``: ``inputs()``,
   ``request_id()``, ``correlation_id()``, ``requested_output_names()``, ``model_name()``,
   ``model_version()``, ``flags()``, ``timeout()``, ``parameters()`` (a JSON string),
-  ``is_cancelled()`` (always False: cancellation does not reach model code yet),
+  ``is_cancelled()`` (whether the request's client cancelled it while it runs: a stream
+  closed or cancelled, a call cancelled or past its deadline; always False for a request model
+  code builds),
   ``get_response_sender()`` (decoupled models only), ``exec()`` and ``async_exec()`` (Business
   Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises),
   ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_ALL`` only: rescheduling raises).
@@ -47,8 +49,8 @@ Not supported (reading the name raises ``TritonModelException`` naming it): cust
 ``Tensor.from_dlpack``), request rescheduling and BLS calls into decoupled models.
 
 The worker process plugs itself in through ``set_log_sink``, ``set_bls_executor``,
-``InferenceRequest._attach_response_sender`` and ``InferenceRequest._mark_cancelled``; model
-code never calls those.
+``InferenceRequest._attach_response_sender`` and ``InferenceRequest._attach_cancellation``;
+model code never calls those.
 """
 
 from __future__ import annotations
@@ -300,7 +302,7 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = _parameters_json(parameters, "InferenceRequest")
         self._response_sender: InferenceResponseSender | None = None
-        self._cancelled = False
+        self._cancellation: Callable[[], bool] | None = None
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -332,7 +334,9 @@ class InferenceRequest:
         return self._parameters
 
     def is_cancelled(self) -> bool:
-        return self._cancelled
+        """Whether the client cancelled this request while the model runs it (asked of the
+        server: a round trip, as in Triton)."""
+        return self._cancellation is not None and self._cancellation()
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:
@@ -371,8 +375,8 @@ class InferenceRequest:
     def _attach_response_sender(self, sender: InferenceResponseSender) -> None:
         self._response_sender = sender
 
-    def _mark_cancelled(self) -> None:
-        self._cancelled = True
+    def _attach_cancellation(self, check: Callable[[], bool]) -> None:
+        self._cancellation = check
 
 
 # Called as executor(request, decoupled) for InferenceRequest.exec/async_exec, from any thread:

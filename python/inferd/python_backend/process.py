@@ -10,8 +10,9 @@ A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call
 brings up a fresh one with the same arguments.
 
 While a batch is in flight the worker may also send a decoupled model's streamed responses
-(handed to the caller's ``respond`` as they come) and BLS calls (handed to the ``ModelCaller``;
-their answers are sent back from whichever thread completes them, under a send lock).
+(handed to the caller's ``respond`` as they come), BLS calls (handed to the ``ModelCaller``;
+their answers are sent back from whichever thread completes them, under a send lock) and
+``is_cancelled`` queries about a request of the batch (answered at once).
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class PythonRequest:
     correlation_id: int | str = 0
     flags: int = 0
     timeout_us: int = 0
+    # Whether the request was cancelled while it runs (its client went away): the model asks
+    # through request.is_cancelled().
+    cancelled: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -154,6 +158,7 @@ class PythonModelProcess:
         self._inputs: ipc.ArenaWriter | None = None
         self._outputs: ipc.ArenaReader | None = None
         self._start_timeout_s = 60.0
+        self._batch: list[PythonRequest] = []  # the batch in flight, for is_cancelled queries
 
     @property
     def pid(self) -> int | None:
@@ -295,9 +300,13 @@ class PythonModelProcess:
                     self._send(message, (replaced.fd,))
             except OSError:
                 pass  # the worker is gone: _receive names how it ended
-            if self._decoupled:
-                return self._decoupled_answers(len(requests), respond)
-            reply = self._receive(None)
+            self._batch = requests
+            try:
+                if self._decoupled:
+                    return self._decoupled_answers(len(requests), respond)
+                reply = self._receive(None)
+            finally:
+                self._batch = []
             if reply.get("type") != "result" or len(reply.get("responses", ())) != len(requests):
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
             return [self._response(answer) for answer in reply["responses"]]
@@ -396,7 +405,23 @@ class PythonModelProcess:
             if message.get("type") == "bls":
                 self._call_model(message, fds)
                 continue
+            if message.get("type") == "is_cancelled":
+                for fd in fds:
+                    os.close(fd)
+                self._answer_cancelled(message)
+                continue
             return message, fds
+
+    def _answer_cancelled(self, message: ipc.Message) -> None:
+        """Whether request ``index`` of the batch in flight was cancelled. The worker asks only
+        while the request is open (before its final response), so the batch is this one."""
+        index = message.get("index")
+        cancelled = False
+        if isinstance(index, int) and 0 <= index < len(self._batch):
+            check = self._batch[index].cancelled
+            cancelled = check is not None and bool(check())
+        with contextlib.suppress(OSError):  # the worker is gone: the batch fails with it
+            self._send({"type": "cancelled", "id": message.get("id"), "cancelled": cancelled})
 
     def _call_model(self, message: ipc.Message, fds: list[int]) -> None:
         """Starts a BLS call; its answer goes to the worker when it completes (on another

@@ -24,9 +24,10 @@ request has sent its final flag (from ``execute`` or from a thread of the model'
 
 Model-to-model calls (BLS, ``InferenceRequest.exec``/``async_exec``): a ``bls`` message with the
 inputs in an arena of their own; the parent runs the request on the named model through the
-core's scheduler and answers ``bls_result``. A reader thread receives every message, so that
-calls made from execute (and several at once from ``async_exec``) get their answers while the
-main thread is inside model code.
+core's scheduler and answers ``bls_result``. ``request.is_cancelled()`` and the response
+sender's ask the same way (``is_cancelled``, answered ``cancelled``). A reader thread receives
+every message, so that calls made from execute (and several at once from ``async_exec``) get
+their answers while the main thread is inside model code.
 
 Logs: ``pb_utils.Logger`` records go to the parent as structured ``log`` messages (the parent
 logs them with the model, version and instance); ``print`` and anything else written to stdout or
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -51,7 +53,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -115,8 +117,9 @@ _TRITON_CODES = {
 
 
 class _PendingCalls:
-    """BLS calls sent to the parent and not yet answered, by id. Thread-safe: model code may
-    call from several threads (``async_exec`` runs ``exec`` on a thread pool)."""
+    """Questions sent to the parent and not yet answered (BLS calls, ``is_cancelled``), by id.
+    Thread-safe: model code may call from several threads (``async_exec`` runs ``exec`` on a
+    thread pool)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -151,14 +154,62 @@ class _PendingCalls:
             slot.put(({"error": reason}, []))
 
 
+class _BatchCancellation:
+    """Whether each request of the batch being executed was cancelled, asked of the parent
+    (``is_cancelled()``), which reads the worker's messages until the batch is over: execute has
+    returned and, for a decoupled model, every request has had its final flag. A question sent
+    after that would wait for the next batch, so a request is closed before its last message
+    goes out, under the lock its questions are sent under; a closed request answers with what was
+    last heard. Once cancelled, a request stays cancelled. Thread-safe."""
+
+    def __init__(self, worker: ModelWorker, count: int) -> None:
+        self._worker = worker
+        self._lock = threading.Lock()
+        self._open = [True] * count
+        self._cancelled = [False] * count
+
+    def ask(self, index: int) -> bool:
+        with self._lock:
+            if self._cancelled[index] or not self._open[index]:
+                return self._cancelled[index]
+            try:
+                call_id, answer = self._worker.calls.open()
+            except pb_utils.TritonModelException:  # the server is gone
+                return False
+            self._worker.send({"type": "is_cancelled", "id": call_id, "index": index})
+        reply, fds = answer.get()
+        for fd in fds:
+            os.close(fd)
+        cancelled = bool(reply.get("cancelled", False))
+        if cancelled:
+            with self._lock:
+                self._cancelled[index] = True
+        return cancelled
+
+    @contextlib.contextmanager
+    def closing(self, indices: Sequence[int]) -> Iterator[None]:
+        """Holds the questions back while the last message of ``indices`` goes out."""
+        with self._lock:
+            for index in indices:
+                self._open[index] = False
+            yield
+
+
 class _ResponseSender:
     """A decoupled request's ``InferenceResponseSender``: each ``send`` goes to the parent at
     once; nothing may follow the final flag. Thread-safe (model code may send from threads)."""
 
-    def __init__(self, worker: ModelWorker, index: int, requested: list[str]) -> None:
+    def __init__(
+        self,
+        worker: ModelWorker,
+        index: int,
+        requested: list[str],
+        cancellation: _BatchCancellation,
+    ) -> None:
         self._worker = worker
         self._index = index
         self._requested = requested
+        self._cancellation = cancellation
         self._lock = threading.Lock()
         self._final = False
 
@@ -177,11 +228,15 @@ class _ResponseSender:
                 raise pb_utils.TritonModelException(
                     "this request's final flag was already sent: nothing can follow it"
                 )
-            self._worker.send_response(self._index, response, final, self._requested)
-            self._final = final
+            if not final:
+                self._worker.send_response(self._index, response, final, self._requested)
+                return
+            with self._cancellation.closing([self._index]):
+                self._worker.send_response(self._index, response, final, self._requested)
+            self._final = True
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._cancellation.ask(self._index)
 
     def close(self) -> bool:
         """Ends the request on the worker's side (its execute failed); whether it was open."""
@@ -205,7 +260,7 @@ class ModelWorker:
         self._decoupled = False
         # Messages for the main thread (execute, stop); None once the channel closed.
         self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] = queue.Queue()
-        self._calls = _PendingCalls()
+        self.calls = _PendingCalls()
 
     def send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
         with self._send_lock:
@@ -241,12 +296,12 @@ class ModelWorker:
         try:
             while True:
                 message, fds = self._channel.receive()
-                if message.get("type") == "bls_result":
-                    self._calls.answer(message, fds)
+                if message.get("type") in ("bls_result", "cancelled"):
+                    self.calls.answer(message, fds)
                 else:
                     self._inbox.put((message, fds))
         except (ipc.ChannelClosed, OSError, ValueError):
-            self._calls.close("the server closed the worker's channel")
+            self.calls.close("the server closed the worker's channel")
             self._inbox.put(None)
         # The server is gone (or stopping it): the main thread finalizes and exits, unless model
         # code holds it; then the process ends here, so that no worker outlives its server.
@@ -301,27 +356,35 @@ class ModelWorker:
 
     def _execute(self, wire_requests: list[ipc.Message]) -> None:
         requests = [self._request(r) for r in wire_requests]
+        cancellation = _BatchCancellation(self, len(requests))
+        for index, request in enumerate(requests):
+            request._attach_cancellation(functools.partial(cancellation.ask, index))
         if self._decoupled:
-            self._execute_decoupled(requests, wire_requests)
+            self._execute_decoupled(requests, wire_requests, cancellation)
             return
         try:
             responses = self._await(self._model.execute(requests))
             self._check_responses(responses, len(requests))
         except Exception as error:
             traceback.print_exc()
-            self._reply_all_failed(len(requests), _describe(error))
+            with cancellation.closing(range(len(requests))):
+                self._reply_all_failed(len(requests), _describe(error))
             return
         assert isinstance(responses, list | tuple)
-        self._reply(list(responses), wire_requests)
+        with cancellation.closing(range(len(requests))):
+            self._reply(list(responses), wire_requests)
 
     def _execute_decoupled(
-        self, requests: list[pb_utils.InferenceRequest], wire_requests: list[ipc.Message]
+        self,
+        requests: list[pb_utils.InferenceRequest],
+        wire_requests: list[ipc.Message],
+        cancellation: _BatchCancellation,
     ) -> None:
         """A decoupled model's batch: its responses go out through the senders as they are
         sent; ``result`` says that execute returned (with its failure, which ends every request
         still open)."""
         senders = [
-            _ResponseSender(self, index, list(wire["requested_output_names"]))
+            _ResponseSender(self, index, list(wire["requested_output_names"]), cancellation)
             for index, wire in enumerate(wire_requests)
         ]
         for request, sender in zip(requests, senders, strict=True):
@@ -337,7 +400,8 @@ class ModelWorker:
             traceback.print_exc()
             for sender in senders:
                 sender.close()
-            self.send({"type": "result", "error": _describe(error)})
+            with cancellation.closing(range(len(requests))):
+                self.send({"type": "result", "error": _describe(error)})
             return
         self.send({"type": "result"})
 
@@ -392,7 +456,7 @@ class ModelWorker:
             )
         except (TypeError, ValueError) as error:
             raise pb_utils.TritonModelException(str(error)) from error
-        call_id, answer = self._calls.open()
+        call_id, answer = self.calls.open()
         placed.message["id"] = call_id
         with placed:
             self.send(placed.message, placed.fds)
