@@ -20,8 +20,8 @@ from tests.integration.conftest import ServerProcess, running_server
 from tests.integration.ensemble_models import _step, ensemble_config, write_ensemble
 
 # Streams COUNT responses, one every 10 ms, asking before each whether the request was cancelled;
-# a cancelled request gets its final flag at once. Each request's id and how it ended go to the
-# file named by the "record" parameter.
+# a cancelled request gets its final flag at once. Each request's id, when it starts and how it
+# ends, goes to the file named by the "record" parameter.
 GENERATE = """
 import json
 import time
@@ -39,6 +39,8 @@ class TritonPythonModel:
         for request in requests:
             sender = request.get_response_sender()
             count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy().flat[0])
+            with open(self.record, "a") as record:
+                record.write(f"{request.request_id()} started\\n")
             ended = "completed"
             for step in range(count):
                 if sender.is_cancelled():
@@ -72,6 +74,8 @@ class TritonPythonModel:
         for request in requests:
             seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy().flat[0]
             until = time.monotonic() + float(seconds)
+            with open(self.record, "a") as record:
+                record.write(f"{request.request_id()} started\\n")
             ended = "completed"
             while time.monotonic() < until:
                 if request.is_cancelled():
@@ -128,18 +132,27 @@ def client(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
         triton.close()
 
 
-def ended(server: ServerProcess, model: str, request_id: str, timeout_s: float = 10.0) -> str:
-    """How the model says ``request_id`` ended, once it has."""
+def recorded(server: ServerProcess, model: str, request_id: str, started: bool) -> str:
+    """What the model recorded of ``request_id`` (that it started, or how it ended), once it
+    has."""
     record = server.repository.parent / f"{model}.record"
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if record.exists():
             for line in record.read_text().splitlines():
-                recorded, how = line.split(" ", 1)
-                if recorded == request_id:
-                    return how
-        time.sleep(0.02)
-    pytest.fail(f"{model} did not finish {request_id} within {timeout_s} s")
+                recorded_id, what = line.split(" ", 1)
+                if recorded_id == request_id and (what == "started") == started:
+                    return what
+        time.sleep(0.01)
+    pytest.fail(f"{model} recorded nothing of {request_id} within 30 s")
+
+
+def ended(server: ServerProcess, model: str, request_id: str) -> str:
+    return recorded(server, model, request_id, started=False)
+
+
+def wait_until_running(server: ServerProcess, model: str, request_id: str) -> None:
+    recorded(server, model, request_id, started=True)
 
 
 def count_input(count: int) -> list[grpcclient.InferInput]:
@@ -194,7 +207,7 @@ def test_a_cancelled_call_is_cancelled_for_the_model(
     call = client.async_infer(
         "wait", seconds_input(30), lambda result, error: answers.put(error), request_id="cancel"
     )
-    time.sleep(0.3)  # running: the model asks every 10 ms
+    wait_until_running(server, "wait", "cancel")  # a queued request would leave the queue
     call.cancel()
     error = answers.get(timeout=30)
     assert isinstance(error, InferenceServerException) and "CANCELLED" in str(error.status())
@@ -211,7 +224,7 @@ def test_a_cancelled_ensemble_call_is_cancelled_for_its_running_python_step(
         lambda result, error: answers.put(error),
         request_id="ensemble",
     )
-    time.sleep(0.3)
+    wait_until_running(server, "wait", "ensemble")
     call.cancel()
     error = answers.get(timeout=30)
     assert isinstance(error, InferenceServerException) and "CANCELLED" in str(error.status())
@@ -221,8 +234,9 @@ def test_a_cancelled_ensemble_call_is_cancelled_for_its_running_python_step(
 def test_a_call_past_its_deadline_is_cancelled_for_the_model(
     server: ServerProcess, client: grpcclient.InferenceServerClient
 ) -> None:
+    # 2 s: time enough to reach the model on a loaded machine (queued, it would expire there).
     with pytest.raises(InferenceServerException) as late:
-        client.infer("wait", seconds_input(30), request_id="deadline", client_timeout=0.5)
+        client.infer("wait", seconds_input(30), request_id="deadline", client_timeout=2)
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     assert ended(server, "wait", "deadline") == "cancelled"
 
