@@ -1,6 +1,5 @@
 #include "python_executor.h"
 
-#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -132,12 +131,8 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
         for (const std::string_view name : request.requested_outputs)
           requested.append(py::str(name.data(), name.size()));
         const std::string_view parameters = request.parameters.empty() ? "{}" : request.parameters;
-        // Cancelled, or past the client's deadline. A plain atomic read: callable from any
-        // thread, for as long as Python keeps it.
-        py::cpp_function cancelled([flag = request.cancelled, deadline = request.deadline] {
-          return (flag != nullptr && flag->load(std::memory_order_acquire)) ||
-                 std::chrono::steady_clock::now() >= deadline;
-        });
+        // A copy: Python may keep the callable past this batch.
+        py::cpp_function cancelled([cancellation = request.cancellation] { return cancellation.requested(); });
         details.append(py::make_tuple(py::str(request.id.data(), request.id.size()), requested,
                                       py::str(parameters.data(), parameters.size()), cancelled));
       }

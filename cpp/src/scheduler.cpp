@@ -42,7 +42,7 @@ std::string request_labels(const RequestBatch& requests) {
 // names of the outputs it asked for are views of the request and its signature, which outlive the
 // batch's execution.
 ExecutorRequest executor_request(const InferenceRequest& request, std::vector<Tensor>&& inputs) {
-  ExecutorRequest taken{std::move(inputs), request.id, {}, request.parameters_json, nullptr, request.deadline};
+  ExecutorRequest taken{std::move(inputs), request.id, {}, request.parameters_json, {nullptr, request.deadline}};
   if (request.signature != nullptr) {
     for (const uint32_t output : request.requested_outputs) {
       taken.requested_outputs.push_back(request.signature->outputs.at(output).name);
@@ -390,8 +390,10 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   if (executor->decoupled()) responses.emplace(batch, &statistics_);
   std::vector<uint64_t> tokens;
   for (const auto& request : batch) tokens.push_back(request->token);
-  const RunningRequests::Watch running(&running_, tokens);
-  for (size_t i = 0; i < staged->request_inputs.size(); ++i) staged->request_inputs[i].cancelled = running.flag(i);
+  const RunningRequests::Watch running(&running_, std::move(tokens));
+  for (size_t i = 0; i < staged->request_inputs.size(); ++i) {
+    staged->request_inputs[i].cancellation.flag = running.flag(i);
+  }
   Status status;
   try {
     status = executor->execute_requests(staged->request_inputs, &results, responses ? &*responses : nullptr);

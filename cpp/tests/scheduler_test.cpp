@@ -740,11 +740,10 @@ class CancellableExecutor : public Executor {
     const auto patience = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     for (const ExecutorRequest& request : requests) {
       const int32_t value = *reinterpret_cast<const int32_t*>(request.inputs.at(0).data);
-      const auto cancelled_now = [&] { return request.cancelled != nullptr && request.cancelled->load(); };
-      bool cancelled = cancelled_now();
+      bool cancelled = request.cancellation.requested();
       while (!cancelled && std::chrono::steady_clock::now() < patience) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        cancelled = cancelled_now();
+        cancelled = request.cancellation.requested();
       }
       auto out = std::make_shared<int32_t>(cancelled ? -value : value);
       RequestResult result;

@@ -16,6 +16,7 @@ from onnx import numpy_helper
 
 from inferd.examples import make_examples, write_identity_model
 from inferd.python_backend import pb_utils
+from tests.unit.test_pb_utils import RecordingSender
 
 ONNX_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes", "embed"]
 EXPECTED_MODELS = [*ONNX_MODELS[:4], "tokenize", "embed", "text_embedding", "generate"]
@@ -195,19 +196,6 @@ def test_tokenize(repo: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     expected[3, :] = ord("x") + 1  # cut at 16
     assert ids.dtype == np.int64
     np.testing.assert_array_equal(ids, expected)
-
-
-class RecordingSender:
-    """What a decoupled model's ``request.get_response_sender()`` returns, recording each send."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[pb_utils.InferenceResponse | None, int]] = []
-
-    def send(self, response: pb_utils.InferenceResponse | None = None, flags: int = 0) -> None:
-        self.sent.append((response, flags))
-
-    def is_cancelled(self) -> bool:
-        return False
 
 
 def generate_request(

@@ -26,6 +26,18 @@ struct RequestResult {
   bool respond = true;
 };
 
+// Whether a running request's client is gone: its cancellation (a flag the scheduler sets) or its
+// deadline passing (the core answers DEADLINE_EXCEEDED then). Cheap to copy and to ask, from any
+// thread, for as long as a copy is kept.
+struct RequestCancellation {
+  std::shared_ptr<const std::atomic<bool>> flag;  // null when the scheduler does not track the request
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  bool requested() const {
+    return (flag != nullptr && flag->load(std::memory_order_acquire)) || std::chrono::steady_clock::now() >= deadline;
+  }
+};
+
 // One request of a batch as an executor answering each request (Executor::execute_requests) takes
 // it. The views stay valid while execute_requests runs.
 struct ExecutorRequest {
@@ -33,12 +45,8 @@ struct ExecutorRequest {
   std::string_view id;                              // the client's request id ("" when it gave none)
   std::vector<std::string_view> requested_outputs;  // the outputs the client asked for, by name; empty: all
   std::string_view parameters;                      // its own parameters as JSON, for a model that keeps them
-  // Set once the request is cancelled while it runs (its client went away): the executor may
-  // stop early; whatever it answers is dropped. Null when the scheduler does not track it.
-  std::shared_ptr<const std::atomic<bool>> cancelled;
-  // The client's deadline (the core answers DEADLINE_EXCEEDED then): past it, the request is as
-  // good as cancelled.
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Requested while it runs: the executor may stop early; whatever it answers is dropped.
+  RequestCancellation cancellation;
 };
 
 // Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that

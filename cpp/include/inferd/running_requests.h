@@ -11,7 +11,7 @@
 namespace inferd {
 
 // The requests an executor is running, by token, each with the flag that tells the executor it
-// was cancelled (ExecutorRequest::cancelled): a request already in a batch cannot be taken out,
+// was cancelled (RequestCancellation::flag): a request already in a batch cannot be taken out,
 // but a model that answers each request (Triton's python backend: request.is_cancelled()) can
 // stop early. Thread-safe.
 //
@@ -24,8 +24,8 @@ class RunningRequests {
   // Registers a batch's tokens for its execution; they are forgotten when it is destroyed.
   class Watch {
    public:
-    Watch(RunningRequests* owner, const std::vector<uint64_t>& tokens) : owner_(owner), tokens_(tokens) {
-      flags_.reserve(tokens.size());
+    Watch(RunningRequests* owner, std::vector<uint64_t> tokens) : owner_(owner), tokens_(std::move(tokens)) {
+      flags_.reserve(tokens_.size());
       std::lock_guard<std::mutex> lock(owner_->mutex_);
       for (const uint64_t token : tokens_) {
         auto flag = std::make_shared<std::atomic<bool>>(false);

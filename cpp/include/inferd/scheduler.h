@@ -77,7 +77,7 @@ class Scheduler final : public RequestScheduler {
 
   // Answers the request with `token` CANCELLED if it is still queued; returns whether it was.
   // A request already in a batch runs to the end; an executor that answers each request is told
-  // (ExecutorRequest::cancelled) and may end it early. Thread-safe, non-blocking.
+  // (ExecutorRequest::cancellation) and may end it early. Thread-safe, non-blocking.
   bool cancel(uint64_t token) override;
 
   // Closes intake, answers or computes what is queued (per `mode`) and joins the workers.
