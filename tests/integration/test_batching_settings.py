@@ -402,7 +402,7 @@ def test_a_cancelled_request_counts_as_canceled(
     answers = Answers()
     occupy(triton, "bounded", answers)
     call = triton.async_infer("bounded", fp32_input(column(1.0)), answers.callback("cancelled"))
-    time.sleep(0.03)  # on the server and queued: the busy request computes for ~80 ms
+    settings_server.wait_for_pending("bounded", 1)  # queued: the busy request computes ~80 ms
     call.cancel()
     results = {tag: error for tag, _, error in answers.wait(2)}
     assert results["busy"] is None

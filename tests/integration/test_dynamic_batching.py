@@ -207,7 +207,7 @@ def test_higher_priority_requests_overtake_queued_ones(
 
 
 def test_a_full_queue_answers_resource_exhausted(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
     occupy(triton, "slow_bounded", answers)
@@ -215,7 +215,8 @@ def test_a_full_queue_answers_resource_exhausted(
         triton.async_infer(
             "slow_bounded", fp32_input(np.array([[1.0]], np.float32)), answers.callback(f"q{i}")
         )
-    time.sleep(0.01)
+    # Both queued behind the busy one (under AddressSanitizer they take more than 10 ms to land).
+    batching_server.wait_for_pending("slow_bounded", 2)
     with pytest.raises(InferenceServerException) as refused:
         triton.infer("slow_bounded", fp32_input(np.array([[1.0]], np.float32)))
     assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
@@ -268,14 +269,16 @@ def test_a_deadline_that_passes_in_the_queue_is_never_computed(
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 
-def test_a_cancelled_call_leaves_the_queue(triton: grpcclient.InferenceServerClient) -> None:
+def test_a_cancelled_call_leaves_the_queue(
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
+) -> None:
     answers = Answers()
     occupy(triton, "slow_plain", answers)
     before = stats(triton, "slow_plain")
     call = triton.async_infer(
         "slow_plain", fp32_input(np.array([[1.0]], np.float32)), answers.callback("cancelled")
     )
-    time.sleep(0.03)  # on the server and queued: the busy request computes for ~100 ms
+    batching_server.wait_for_pending("slow_plain", 1)  # queued: the busy one computes ~100 ms
     call.cancel()
     results = answers.wait(2)
     assert {tag for tag, _, _ in results} == {"busy", "cancelled"}

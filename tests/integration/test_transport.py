@@ -597,7 +597,9 @@ def test_a_short_deadline_fails_promptly_and_the_late_request_is_not_computed(
 
 @pytest.mark.timeout(60)
 def test_a_cancelled_call_is_dropped_and_the_server_keeps_serving(
-    limits_client: grpcclient.InferenceServerClient, assert_serving: SimpleCheck
+    limits_server: ServerProcess,
+    limits_client: grpcclient.InferenceServerClient,
+    assert_serving: SimpleCheck,
 ) -> None:
     answers = Answers()
     occupy_slow(limits_client, answers)
@@ -605,7 +607,8 @@ def test_a_cancelled_call_is_dropped_and_the_server_keeps_serving(
     call = limits_client.async_infer(
         "slow", fp32_row(np.array([[1.0]], np.float32)), answers.callback("cancelled")
     )
-    time.sleep(0.03)  # on the server and queued behind the busy ones
+    # On the server and queued behind the busy ones (one of them computing).
+    limits_server.wait_for_pending("slow", BUSY)
     call.cancel()
     results = answers.wait(BUSY + 1)
     assert all(error is None for tag, _, error in results if tag == "busy"), results
