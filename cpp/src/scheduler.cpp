@@ -200,7 +200,7 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
 bool Scheduler::cancel(uint64_t token) {
   auto request = batcher_.cancel(token);
   if (!request) {
-    // Running, or between the batcher and its executor (staging: a cancel there is not seen).
+    // Running, or between the batcher and its executor (staging: the cancel is remembered).
     running_.cancel(token);
     return false;
   }

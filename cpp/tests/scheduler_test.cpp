@@ -774,12 +774,41 @@ TEST(Scheduler, ARunningRequestsExecutorIsToldOfItsCancellationAndTheNextRequest
   ASSERT_TRUE(done.at(1).status.ok()) << done.at(1).status.message;
   EXPECT_EQ(*reinterpret_cast<const int32_t*>(done.at(1).outputs.at(0).data), -7);
   EXPECT_FALSE(scheduler.cancel(1));  // done: nothing left to tell
-  // The next request (its token a reused one, even) starts with a flag of its own, not set.
-  ASSERT_TRUE(scheduler.submit(int_request(1, 9)).ok());
+  // The next request starts with a flag of its own, not set.
+  ASSERT_TRUE(scheduler.submit(int_request(2, 9)).ok());
   done = collect(*queue, 1);
   ASSERT_EQ(done.size(), 1u);
-  ASSERT_TRUE(done.at(1).status.ok()) << done.at(1).status.message;
-  EXPECT_EQ(*reinterpret_cast<const int32_t*>(done.at(1).outputs.at(0).data), 9);
+  ASSERT_TRUE(done.at(2).status.ok()) << done.at(2).status.message;
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(done.at(2).outputs.at(0).data), 9);
+}
+
+// A cancel that finds its request neither queued nor running (being staged) is remembered: the
+// request's flag starts set when it registers, and only that request's.
+TEST(RunningRequests, ACancelBeforeRegistrationSetsTheFlagWhenTheRequestRegisters) {
+  RunningRequests running;
+  EXPECT_FALSE(running.cancel(5));
+  {
+    const RunningRequests::Watch watch(&running, {4, 5, 6});
+    EXPECT_FALSE(watch.flag(0)->load());
+    EXPECT_TRUE(watch.flag(1)->load());
+    EXPECT_FALSE(watch.flag(2)->load());
+    EXPECT_TRUE(running.cancel(6));  // running: told now
+    EXPECT_TRUE(watch.flag(2)->load());
+    EXPECT_FALSE(watch.flag(0)->load());
+  }
+  const RunningRequests::Watch again(&running, {5});  // the remembered cancel was taken
+  EXPECT_FALSE(again.flag(0)->load());
+}
+
+TEST(RunningRequests, OnlyTheLatestCancelsAreRemembered) {
+  RunningRequests running;
+  for (uint64_t token = 1; token <= RunningRequests::kRememberedCancels + 1; ++token) {
+    EXPECT_FALSE(running.cancel(token));
+  }
+  const RunningRequests::Watch watch(&running, {1, 2, RunningRequests::kRememberedCancels + 1});
+  EXPECT_FALSE(watch.flag(0)->load());  // the oldest was forgotten
+  EXPECT_TRUE(watch.flag(1)->load());
+  EXPECT_TRUE(watch.flag(2)->load());
 }
 
 }  // namespace
