@@ -45,6 +45,14 @@ std::unique_ptr<InferenceRequest> int_request(uint64_t token, int32_t value) {
   return r;
 }
 
+// An executor's answer of one INT32 value, shape [1, 1].
+RequestResult int_result(int32_t value) {
+  auto data = std::make_shared<int32_t>(value);
+  RequestResult result;
+  result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
+  return result;
+}
+
 // Collects completions until `n` have arrived (or a 10 s guard passes).
 std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
   std::map<uint64_t, Completion> done;
@@ -422,7 +430,7 @@ class DecoupledExecutor : public Executor {
     if (responses == nullptr) return Status::Error(StatusCode::kInternal, "no ResponseStream for a decoupled executor");
     for (size_t i = 0; i < requests.size(); ++i) {
       const int32_t value = *reinterpret_cast<const int32_t*>(requests[i].inputs.at(0).data);
-      for (int32_t n = 0; n < value; ++n) responses->respond(i, number(n));
+      for (int32_t n = 0; n < value; ++n) responses->respond(i, int_result(n));
       if (value == 1) {
         RequestResult flag_only;
         flag_only.respond = false;
@@ -430,18 +438,10 @@ class DecoupledExecutor : public Executor {
       } else if (value == 5) {
         results->push_back(RequestResult{Status::Error(StatusCode::kInvalidArgument, "5 ends in an error"), {}});
       } else {
-        results->push_back(number(100 + value));
+        results->push_back(int_result(100 + value));
       }
     }
     return Status::Ok();
-  }
-
- private:
-  static RequestResult number(int32_t n) {
-    auto data = std::make_shared<int32_t>(n);
-    RequestResult result;
-    result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
-    return result;
   }
 };
 
@@ -745,10 +745,7 @@ class CancellableExecutor : public Executor {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         cancelled = request.cancellation.requested();
       }
-      auto out = std::make_shared<int32_t>(cancelled ? -value : value);
-      RequestResult result;
-      result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(out.get()), 4, out});
-      results->push_back(std::move(result));
+      results->push_back(int_result(cancelled ? -value : value));
     }
     return Status::Ok();
   }
