@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -161,8 +162,9 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
   backend_args.SetMaxReceiveMessageSize(-1);  // the caller's limits were applied on the way in
   backend_args.SetMaxSendMessageSize(-1);
   transport_ = std::make_shared<TransportContext>(options_.max_inflight_bytes);
-  transport_->backend = std::make_unique<grpc::GenericStub>(
-      grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args));
+  backend_channel_ =
+      grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args);
+  transport_->backend = std::make_unique<grpc::GenericStub>(backend_channel_);
   transport_->max_stream_outstanding = std::max<size_t>(1, options_.max_stream_outstanding);  // 0 would never read
   transport_->shared_memory = options_.shared_memory;
   transport_->shared_memory_on_tcp = options_.shared_memory_on_tcp;
@@ -229,6 +231,17 @@ void GrpcServer::shutdown(double grace_s) {
       std::chrono::duration<double>(grace_s < 0 ? 0 : grace_s));
   server_->Shutdown(std::chrono::system_clock::now() + grace);  // returns once every call is done
   server_->Wait();
+  // A call to the backend can outlive its caller's side: a forwarded call's backend side ends
+  // after relaying the status, and each backend call's ClientContext holds the channel. Destroyed
+  // last on a gRPC callback thread, the channel would release gRPC's callback completion queue
+  // there, which joins its own thread and frees itself twice (grpc/grpc#32584). So the backend
+  // calls end first (cancelled with their callers; 5 s at most), then the stub goes (no call can
+  // start one now), and this server's reference is the channel's last.
+  const auto released = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (backend_channel_.use_count() > 2 && std::chrono::steady_clock::now() < released) {  // this and the stub
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  transport_->backend.reset();
 }
 
 }  // namespace inferd

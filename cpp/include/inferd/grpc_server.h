@@ -15,6 +15,7 @@
 #include "inferd/status.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }  // namespace grpc
 
@@ -97,13 +98,14 @@ class GrpcServer {
   FailureCounts& failures();
 
   // Stops accepting calls, lets the ones in flight finish for `grace_s` seconds, cancels the rest
-  // and waits for them. Blocks; idempotent.
+  // and waits for them and for their calls to the backend. Blocks; idempotent.
   void shutdown(double grace_s);
 
  private:
   class Service;
   const GrpcServerOptions options_;
-  std::shared_ptr<TransportContext> transport_;  // shared with the calls, which may outlive the server
+  std::shared_ptr<TransportContext> transport_;     // shared with the calls, which may outlive the server
+  std::shared_ptr<grpc::Channel> backend_channel_;  // also the stub's and each backend call's
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> ports_;
