@@ -5,6 +5,7 @@ warning is logged while the count is near it."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import resource
 from dataclasses import dataclass
@@ -33,12 +34,13 @@ def raise_open_file_limit() -> None:
     log.info("open file limit", soft=soft, hard=hard, soft_at_start=before)
 
 
-def open_file_count() -> int | None:
-    """File descriptors this process holds; None where /proc cannot tell."""
+def open_file_count(limit: int) -> int | None:
+    """File descriptors this process holds; None where /proc cannot tell. Listing
+    /proc/self/fd takes a descriptor itself: when none is left (EMFILE) the count is ``limit``."""
     try:
         return sum(1 for _ in os.scandir("/proc/self/fd"))
-    except OSError:
-        return None
+    except OSError as e:
+        return limit if e.errno == errno.EMFILE else None
 
 
 @dataclass
@@ -49,9 +51,11 @@ class OpenFilesWatch:
     near_limit: bool = False
 
     def check(self) -> None:
-        count = open_file_count()
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if count is None or limit == resource.RLIM_INFINITY or limit <= 0:
+        if limit == resource.RLIM_INFINITY or limit <= 0:
+            return
+        count = open_file_count(limit)
+        if count is None:
             return
         if not self.near_limit and count >= WARN_FRACTION * limit:
             self.near_limit = True
