@@ -22,6 +22,7 @@ from inferd.executors.iobinding import IoBindingRunner
 from inferd.executors.runtime_messages import without_source_locations
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
 from inferd.repository.layout import model_file_label, without_model_dir
+from inferd.repository.ranges import MAX_THREAD_COUNT, check_range
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +50,7 @@ class OnnxRuntimeOptions:
                 raise ModelLoadError(
                     f"parameter {key!r} must be an integer, got {parameters[key]!r}"
                 ) from None
-            if value < 0:
-                raise ModelLoadError(f"parameter {key!r} must not be negative, got {value}")
-            return value
+            return check_range(f"parameter {key!r}", value, 0, MAX_THREAD_COUNT)
 
         return cls(
             count("intra_op_thread_count", default.intra_op_thread_count),

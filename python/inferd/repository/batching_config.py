@@ -9,6 +9,7 @@ from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import ModelLoadError
+from inferd.repository.ranges import MAX_PRIORITY_LEVELS, MAX_QUEUE_DELAY_US, check_range
 
 
 def batching_policy(config: ModelConfig) -> BatchingPolicy:
@@ -29,23 +30,22 @@ def batching_policy(config: ModelConfig) -> BatchingPolicy:
             f"model {name!r}: dynamic_batching needs max_batch_size > 0 (the model does not batch)"
         )
     for size in section.preferred_batch_size:
-        if not 1 <= size <= max_batch_size:
-            raise ModelLoadError(
-                f"model {name!r}: dynamic_batching.preferred_batch_size {size} is outside "
-                f"1..{max_batch_size} (max_batch_size)"
-            )
-    levels = int(section.priority_levels)
-    if levels and not 1 <= section.default_priority_level <= levels:
-        raise ModelLoadError(
-            f"model {name!r}: dynamic_batching.default_priority_level "
-            f"{section.default_priority_level} is outside 1..{levels} (priority_levels)"
+        check_range(
+            "dynamic_batching.preferred_batch_size",
+            size,
+            1,
+            max_batch_size,
+            model=name,
+            reason="max_batch_size",
         )
-    for level in section.priority_queue_policy:
-        if not 1 <= level <= levels:
-            raise ModelLoadError(
-                f"model {name!r}: dynamic_batching.priority_queue_policy names level {level}, "
-                f"outside 1..{levels} (priority_levels)"
-            )
+    levels, default_level = _priority_levels(section, name)
+    max_queue_delay_us = check_range(
+        "dynamic_batching.max_queue_delay_microseconds",
+        int(section.max_queue_delay_microseconds),
+        0,
+        MAX_QUEUE_DELAY_US,
+        model=name,
+    )
 
     def queue_policy(policy: model_config_pb2.ModelQueuePolicy) -> QueuePolicy:
         return QueuePolicy(
@@ -60,15 +60,43 @@ def batching_policy(config: ModelConfig) -> BatchingPolicy:
         dynamic=True,
         max_batch_size=max_batch_size,
         preferred_batch_sizes=tuple(int(s) for s in section.preferred_batch_size),
-        max_queue_delay_us=int(section.max_queue_delay_microseconds),
+        max_queue_delay_us=max_queue_delay_us,
         priority_levels=levels,
-        default_priority_level=int(section.default_priority_level),
+        default_priority_level=default_level,
         default_queue_policy=queue_policy(section.default_queue_policy),
         level_queue_policies={
             int(level): queue_policy(p) for level, p in section.priority_queue_policy.items()
         },
         preserve_ordering=bool(section.preserve_ordering),
     )
+
+
+def _priority_levels(section: model_config_pb2.ModelDynamicBatching, name: str) -> tuple[int, int]:
+    """The section's priority_levels and default_priority_level, checked."""
+    levels = check_range(
+        "dynamic_batching.priority_levels",
+        int(section.priority_levels),
+        0,
+        MAX_PRIORITY_LEVELS,
+        model=name,
+    )
+    for level in section.priority_queue_policy:
+        if not 1 <= level <= levels:
+            raise ModelLoadError(
+                f"model {name!r}: dynamic_batching.priority_queue_policy names level {level}, "
+                f"outside 1..{levels} (priority_levels)"
+            )
+    if not levels:
+        return 0, 0  # Triton ignores the default level then: it does not reach the core
+    default_level = check_range(
+        "dynamic_batching.default_priority_level",
+        int(section.default_priority_level),
+        1,
+        levels,
+        model=name,
+        reason="priority_levels",
+    )
+    return levels, default_level
 
 
 # Config parameters that turn on padding of variable-length inputs (inferd's, beyond Triton):
