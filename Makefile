@@ -22,7 +22,7 @@ help:
 	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code), clang-format"
 	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600),"
 	@echo "                    then fuzz-live"
-	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (60): what CI runs"
+	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (60) and FUZZ_CI_ACCESS_SECONDS (20): what CI runs"
 	@echo "make fuzz-live      hypothesis against a live server, FUZZ_LIVE_EXAMPLES (5000) examples per test"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
@@ -122,6 +122,19 @@ FUZZ_ARGS ?=
 FUZZ_RUN = $(FUZZ_BUILD)/infer_request_fuzzer -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
 	-dict=cpp/fuzz/infer_request.dict -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/ $(FUZZ_ARGS)
 FUZZ_CORPORA = $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/seeds cpp/fuzz/corpus
+# The access policy's fuzzer (method paths and metadata; issue 25): its seeds are every served
+# path, refused or not (the last two bytes: no metadata, then TCP or the Unix socket).
+FUZZ_ACCESS_SECONDS ?= 300
+FUZZ_CI_ACCESS_SECONDS ?= 20
+FUZZ_ACCESS_RUN = $(FUZZ_BUILD)/access_policy_fuzzer -max_len=512 -timeout=10 -rss_limit_mb=2048 \
+	-dict=cpp/fuzz/access_policy.dict -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/access- $(FUZZ_ARGS)
+FUZZ_ACCESS_CORPORA = $(FUZZ_BUILD)/access-corpus $(FUZZ_BUILD)/access-seeds
+SERVED_METHODS := $(addprefix /inference.GRPCInferenceService/,ServerLive ServerReady ModelReady ServerMetadata \
+	ModelMetadata ModelInfer ModelStreamInfer ModelConfig ModelStatistics RepositoryIndex RepositoryModelLoad \
+	RepositoryModelUnload SystemSharedMemoryStatus SystemSharedMemoryRegister SystemSharedMemoryUnregister \
+	CudaSharedMemoryStatus CudaSharedMemoryRegister CudaSharedMemoryUnregister TraceSetting LogSettings) \
+	/grpc.health.v1.Health/Check /grpc.health.v1.Health/Watch \
+	/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo /grpc.reflection.v1.ServerReflection/ServerReflectionInfo
 
 fuzz-deps:
 	@missing=""; for p in $(FUZZ_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -132,12 +145,16 @@ fuzz-deps:
 
 fuzz-build: setup fuzz-deps
 	cmake -S . -B $(FUZZ_BUILD) -DINFERD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-$(FUZZ_CLANG) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target infer_request_fuzzer
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target infer_request_fuzzer access_policy_fuzzer
 	rm -rf $(FUZZ_BUILD)/seeds && $(PY) cpp/fuzz/make_corpus.py $(FUZZ_BUILD)/seeds
+	rm -rf $(FUZZ_BUILD)/access-seeds && mkdir -p $(FUZZ_BUILD)/access-seeds $(FUZZ_BUILD)/access-corpus
+	i=0; for m in $(SERVED_METHODS); do i=$$((i+1)); \
+	  printf '%s\000\000' "$$m" >$(FUZZ_BUILD)/access-seeds/$$i-unix; printf '%s\000\001' "$$m" >$(FUZZ_BUILD)/access-seeds/$$i-tcp; done
 	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
 
 fuzz: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_CORPORA)
+	$(FUZZ_ACCESS_RUN) -max_total_time=$(FUZZ_ACCESS_SECONDS) $(FUZZ_ACCESS_CORPORA)
 	$(MAKE) fuzz-live
 
 # hypothesis against a live server (tests/integration/test_fuzz_live_server.py): arbitrary
@@ -152,6 +169,7 @@ fuzz-live: build
 
 fuzz-ci: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_CI_SECONDS) $(FUZZ_CORPORA)
+	$(FUZZ_ACCESS_RUN) -max_total_time=$(FUZZ_CI_ACCESS_SECONDS) $(FUZZ_ACCESS_CORPORA)
 
 bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)

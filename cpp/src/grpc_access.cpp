@@ -10,47 +10,72 @@ namespace {
 constexpr std::string_view kInferenceService = "/inference.GRPCInferenceService/";
 constexpr std::string_view kHeaderPrefix = "triton-grpc-protocol-";
 
-struct MethodGroup {
-  std::string_view method;  // the name within inference.GRPCInferenceService
+struct ServedMethod {
+  std::string_view path;  // "/package.Service/Method", as HTTP/2's :path carries it
   std::string_view group;
   bool control;
 };
 
-// As Triton groups them (server src/grpc/grpc_server.cc).
-constexpr std::array<MethodGroup, 20> kInferenceMethods{{
-    {"ServerLive", "health", false},
-    {"ServerReady", "health", false},
-    {"ModelReady", "health", false},
-    {"ServerMetadata", "metadata", false},
-    {"ModelMetadata", "metadata", false},
-    {"ModelInfer", "inference", false},
-    {"ModelStreamInfer", "inference", false},
-    {"ModelConfig", "model-config", false},
-    {"ModelStatistics", "statistics", false},
-    {"RepositoryIndex", "model-repository", false},
-    {"RepositoryModelLoad", "model-repository", true},
-    {"RepositoryModelUnload", "model-repository", true},
-    {"SystemSharedMemoryStatus", "shared-memory", false},
-    {"SystemSharedMemoryRegister", "shared-memory", true},
-    {"SystemSharedMemoryUnregister", "shared-memory", true},
-    {"CudaSharedMemoryStatus", "shared-memory", false},
-    {"CudaSharedMemoryRegister", "shared-memory", true},
-    {"CudaSharedMemoryUnregister", "shared-memory", true},
-    {"TraceSetting", "trace", true},
-    {"LogSettings", "logging", true},
+// Every method the server answers, with Triton's group (server src/grpc/grpc_server.cc). A path
+// that is not here exactly is refused before anything reads it: grpcio on the backend matches a
+// method only up to a NUL byte, so a near-miss forwarded there would reach a method whose rule it
+// never passed.
+constexpr std::array<ServedMethod, 24> kServedMethods{{
+    {"/inference.GRPCInferenceService/ServerLive", "health", false},
+    {"/inference.GRPCInferenceService/ServerReady", "health", false},
+    {"/inference.GRPCInferenceService/ModelReady", "health", false},
+    {"/inference.GRPCInferenceService/ServerMetadata", "metadata", false},
+    {"/inference.GRPCInferenceService/ModelMetadata", "metadata", false},
+    {"/inference.GRPCInferenceService/ModelInfer", "inference", false},
+    {"/inference.GRPCInferenceService/ModelStreamInfer", "inference", false},
+    {"/inference.GRPCInferenceService/ModelConfig", "model-config", false},
+    {"/inference.GRPCInferenceService/ModelStatistics", "statistics", false},
+    {"/inference.GRPCInferenceService/RepositoryIndex", "model-repository", false},
+    {"/inference.GRPCInferenceService/RepositoryModelLoad", "model-repository", true},
+    {"/inference.GRPCInferenceService/RepositoryModelUnload", "model-repository", true},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryStatus", "shared-memory", false},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryRegister", "shared-memory", true},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryUnregister", "shared-memory", true},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryStatus", "shared-memory", false},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryRegister", "shared-memory", true},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryUnregister", "shared-memory", true},
+    {"/inference.GRPCInferenceService/TraceSetting", "trace", true},
+    {"/inference.GRPCInferenceService/LogSettings", "logging", true},
+    {"/grpc.health.v1.Health/Check", "health", false},
+    {"/grpc.health.v1.Health/Watch", "health", false},
+    // Reflection describes the services, as ServerMetadata and ModelMetadata describe the server.
+    {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "metadata", false},
+    {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "metadata", false},
 }};
 
 constexpr std::array<std::string_view, 9> kGroups{"health",        "metadata",     "inference",
                                                   "shared-memory", "model-config", "model-repository",
                                                   "statistics",    "trace",        "logging"};
 
-const MethodGroup* find_inference_method(std::string_view method) {
-  if (method.substr(0, kInferenceService.size()) != kInferenceService) return nullptr;
-  const std::string_view name = method.substr(kInferenceService.size());
-  for (const MethodGroup& m : kInferenceMethods) {
-    if (m.method == name) return &m;
+const ServedMethod* find_method(std::string_view path) {
+  for (const ServedMethod& m : kServedMethods) {
+    if (m.path == path) return &m;
   }
   return nullptr;
+}
+
+// The method as a log line or status message may show it: printable ASCII, the rest as \xNN,
+// cut at 128 bytes (a path is the client's bytes).
+std::string printable(std::string_view path) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : path.substr(0, 128)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && byte != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    }
+  }
+  if (path.size() > 128) out += "...";
+  return out;
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
@@ -64,6 +89,19 @@ bool equal_in_constant_time(std::string_view given, std::string_view expected) {
     difference = difference | static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
   }
   return difference == 0;
+}
+
+// The header is present and every value it is given equals `expected`: a second copy of the
+// header with another value is refused, whichever of the two a lookup would find first.
+bool carries_exactly(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, const std::string& header,
+                     std::string_view expected) {
+  const auto [first, last] = metadata.equal_range(grpc::string_ref(header));
+  if (first == last) return false;
+  bool all_equal = true;
+  for (auto it = first; it != last; ++it) {
+    all_equal = equal_in_constant_time(std::string_view(it->second.data(), it->second.size()), expected) && all_equal;
+  }
+  return all_equal;
 }
 
 std::string header_key(std::string key) {
@@ -110,33 +148,26 @@ AccessPolicy::AccessPolicy(AccessOptions options)
 }
 
 std::string_view AccessPolicy::group_of(std::string_view method) {
-  if (const MethodGroup* m = find_inference_method(method)) return m->group;
-  if (starts_with(method, "/grpc.health.v1.Health/")) return "health";
-  // Reflection describes the services, as ServerMetadata and ModelMetadata describe the server.
-  if (starts_with(method, "/grpc.reflection.v1alpha.ServerReflection/") ||
-      starts_with(method, "/grpc.reflection.v1.ServerReflection/")) {
-    return "metadata";
-  }
-  return "";
+  const ServedMethod* m = find_method(method);
+  return m == nullptr ? "" : m->group;
 }
 
 bool AccessPolicy::is_control_method(std::string_view method) {
-  const MethodGroup* m = find_inference_method(method);
+  const ServedMethod* m = find_method(method);
   return m != nullptr && m->control;
 }
 
 grpc::Status AccessPolicy::check(std::string_view method, std::string_view peer,
                                  const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   const std::string_view group = group_of(method);
+  if (group.empty()) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method '" + printable(method) + "'");
+  }
   const auto rule = rules_.find(group);
   const bool restricted = rule != rules_.end();
-  if (restricted) {
-    const auto found = metadata.find(grpc::string_ref(rule->second.header));
-    if (found == metadata.end() ||
-        !equal_in_constant_time(std::string_view(found->second.data(), found->second.size()), rule->second.value)) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "This protocol is restricted, expecting header '" + rule->second.header + "'");
-    }
+  if (restricted && !carries_exactly(metadata, rule->second.header, rule->second.value)) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "This protocol is restricted, expecting header '" + rule->second.header + "'");
   }
   const bool on_tcp = !starts_with(peer, "unix");
   if (group == "shared-memory") {

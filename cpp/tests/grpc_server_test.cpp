@@ -3,8 +3,6 @@
 // grpc.aio server) whose answers each test chooses, and a real client (grpc::GenericStub, raw
 // ByteBuffers). Requests are serialized by hand and answers read with WireReader, field numbers
 // from proto/grpc_service.proto. Every wait is bounded (kWait).
-#include "inferd/grpc_server.h"
-
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -35,6 +33,7 @@
 
 #include "inferd/completion_queue.h"
 #include "inferd/executor.h"
+#include "inferd/grpc_server.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/model_signature.h"
 #include "inferd/pinned_buffer_pool.h"
@@ -391,10 +390,16 @@ struct BackendReply {
   int stream_messages = -1;  // >= 0: server streaming, "message 0".. then the status
 };
 
+// The served methods the fake backend gives the shapes of the tests' calls (the server forwards
+// only methods it serves: AccessPolicy).
+constexpr char kEchoChat[] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+constexpr char kEchoOneThenEnd[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+constexpr char kSlowHang[] = "/inference.GRPCInferenceService/RepositoryIndex";
+
 // A grpc server on a Unix socket answering every method generically:
-//   "/test.Echo/Chat": bidi, echoes each message ("echo:" + it) until the client stops sending,
+//   kEchoChat: bidi, echoes each message ("echo:" + it) until the client stops sending,
 //     then OK with trailing metadata x-echoed = the count;
-//   "/test.Echo/OneThenEnd": echoes the first message and ends the call (ABORTED) at once;
+//   kEchoOneThenEnd: echoes the first message and ends the call (ABORTED) at once;
 //   any other method: reads one message and answers as set_reply() said (default: OK, body
 //     "backend answered " + method).
 class FakeBackend {
@@ -593,8 +598,8 @@ class FakeBackend::Echo final : public grpc::ServerGenericBidiReactor {
 
 grpc::ServerGenericBidiReactor* FakeBackend::Service::CreateReactor(grpc::GenericCallbackServerContext* context) {
   auto call = backend_->start_call(*context);
-  if (context->method() == "/test.Echo/Chat") return new Echo(backend_, context, std::move(call), false);
-  if (context->method() == "/test.Echo/OneThenEnd") return new Echo(backend_, context, std::move(call), true);
+  if (context->method() == kEchoChat) return new Echo(backend_, context, std::move(call), false);
+  if (context->method() == kEchoOneThenEnd) return new Echo(backend_, context, std::move(call), true);
   return new Unary(backend_, context, std::move(call), backend_->reply_for(context->method()));
 }
 
@@ -1241,7 +1246,7 @@ TEST_F(GrpcServerTest, ForwardedServerStreamRelaysEveryMessageAndTheStatus) {
 }
 
 TEST_F(GrpcServerTest, ForwardedBidiRelaysMessagesBothWays) {
-  StreamClient stream(stub_.get(), "/test.Echo/Chat");
+  StreamClient stream(stub_.get(), kEchoChat);
   for (int i = 0; i < 3; ++i) {
     stream.write("m" + std::to_string(i));
     std::string echoed;
@@ -1265,7 +1270,7 @@ TEST_F(GrpcServerTest, ForwardedBidiStatusReachesAClientThatHasNotHalfClosed) {
   // The control: straight to the backend, the status comes at once.
   {
     grpc::GenericStub direct(grpc::CreateChannel(backend_address_, grpc::InsecureChannelCredentials()));
-    StreamClient stream(&direct, "/test.Echo/OneThenEnd");
+    StreamClient stream(&direct, kEchoOneThenEnd);
     stream.write("hello");
     std::string echoed;
     ASSERT_TRUE(stream.read(&echoed));
@@ -1273,7 +1278,7 @@ TEST_F(GrpcServerTest, ForwardedBidiStatusReachesAClientThatHasNotHalfClosed) {
     ASSERT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << "the fake backend itself: " << status.error_message();
   }
   // Through the server.
-  StreamClient stream(stub_.get(), "/test.Echo/OneThenEnd");
+  StreamClient stream(stub_.get(), kEchoOneThenEnd);
   stream.write("hello");
   std::string echoed;
   ASSERT_TRUE(stream.read(&echoed));
@@ -1294,11 +1299,11 @@ TEST_F(GrpcServerTest, ForwardedBidiStatusReachesAClientThatHasNotHalfClosed) {
 TEST_F(GrpcServerTest, CancellingAForwardedCallCancelsTheBackendsCall) {
   BackendReply hang;
   hang.hang = true;
-  backend_->set_reply("/test.Slow/Hang", hang);
+  backend_->set_reply(kSlowHang, hang);
   backend_->set_reply(method("ModelInfer"), hang);
   // A call relayed as a stream (ForwardedCall) and a ModelInfer miss (forwarded as unary).
   const std::vector<std::pair<std::string, std::string>> calls = {
-      {"/test.Slow/Hang", "please wait"}, {method("ModelInfer"), infer_request("nope", "h1", rows_from(1, 1), 1)}};
+      {kSlowHang, "please wait"}, {method("ModelInfer"), infer_request("nope", "h1", rows_from(1, 1), 1)}};
   for (size_t i = 0; i < calls.size(); ++i) {
     SCOPED_TRACE(calls[i].first);
     PendingUnary call(stub_.get(), calls[i].first, calls[i].second);
@@ -1727,11 +1732,11 @@ TEST_F(GrpcServerTest, ShutdownPastTheGraceCancelsTheCallAndTheLateResultIsDropp
 TEST_F(GrpcServerTest, ShutdownPastTheGraceEndsForwardedCallsAndOpenStreams) {
   BackendReply hang;
   hang.hang = true;
-  backend_->set_reply("/test.Slow/Hang", hang);
+  backend_->set_reply(kSlowHang, hang);
   backend_->set_reply(method("ModelInfer"), hang);
-  PendingUnary relayed(stub_.get(), "/test.Slow/Hang", "wait");
+  PendingUnary relayed(stub_.get(), kSlowHang, "wait");
   PendingUnary forwarded(stub_.get(), method("ModelInfer"), infer_request("nope", "n", rows_from(1, 1), 1));
-  StreamClient chat(stub_.get(), "/test.Echo/Chat");
+  StreamClient chat(stub_.get(), kEchoChat);
   chat.write("m0");
   std::string bytes;
   ASSERT_TRUE(chat.read(&bytes));
@@ -1752,7 +1757,7 @@ TEST_F(GrpcServerTest, ShutdownPastTheGraceEndsForwardedCallsAndOpenStreams) {
   // the echo then ends it cleanly.)
   const auto calls = backend_->calls();
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].method == "/test.Echo/Chat") continue;
+    if (calls[i].method == kEchoChat) continue;
     EXPECT_TRUE(backend_->wait_cancelled(i, 2000ms)) << calls[i].method;
   }
   server_.reset();
@@ -1902,6 +1907,60 @@ TEST(AccessPolicyTest, EveryMethodHasTritonsGroup) {
   }
 }
 
+// Issue 25, item 1: a path that is not exactly a served method is refused whatever its group's
+// rule, before it could be forwarded (grpcio matches a method only up to a NUL byte).
+TEST(AccessPolicyTest, APathThatIsNotExactlyAServedMethodIsUnimplemented) {
+  const AccessPolicy policy(AccessOptions{{RestrictedProtocol{{"model-repository", "inference"}, "admin", "s3cret"}}});
+  ClientMetadata with_key;
+  with_key.emplace("triton-grpc-protocol-admin", "s3cret");
+  const std::string unload = method("RepositoryModelUnload");
+  const std::vector<std::string> near_misses{
+      unload + std::string(1, '\0'),
+      unload + std::string("\0x", 2),
+      unload + "/",
+      unload + " ",
+      method("repositorymodelunload"),
+      "/inference.grpcinferenceservice/RepositoryModelUnload",
+      "/inference.GRPCInferenceService//RepositoryModelUnload",
+      "inference.GRPCInferenceService/RepositoryModelUnload",
+      method("RepositoryModelUnload\xc3\xa9"),
+      method("ModelInfer") + std::string(1, '\0'),
+      method("LogSettings") + "\n",
+      "/grpc.health.v1.Health/Check" + std::string(1, '\0'),
+      "/grpc.health.v1.Health/",
+      "",
+      "/",
+  };
+  for (const std::string& path : near_misses) {
+    for (const char* peer : {"ipv4:127.0.0.1:5000", "unix:"}) {
+      const grpc::Status refused = policy.check(path, peer, with_key);
+      EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNIMPLEMENTED) << path;
+      EXPECT_EQ(refused.error_message().find('\0'), std::string::npos) << "the message shows no raw bytes";
+    }
+    EXPECT_EQ(AccessPolicy::group_of(path), "") << path;
+  }
+  EXPECT_EQ(policy.check(unload + std::string(1, '\0'), "unix:", with_key).error_message(),
+            "unknown method '/inference.GRPCInferenceService/RepositoryModelUnload\\x00'");
+  EXPECT_TRUE(policy.check(unload, "ipv4:127.0.0.1:5000", with_key).ok());
+}
+
+TEST(AccessPolicyTest, AHeaderGivenTwiceMustCarryTheValueBothTimes) {
+  const AccessPolicy policy(AccessOptions{{RestrictedProtocol{{"inference"}, "admin", "s3cret"}}});
+  const std::string header = "triton-grpc-protocol-admin";
+  for (const auto& values :
+       std::vector<std::vector<std::string>>{{"s3cret", "wrong"}, {"wrong", "s3cret"}, {"", "s3cret"}}) {
+    ClientMetadata metadata;
+    for (const std::string& v : values) metadata.emplace(header, v);
+    EXPECT_EQ(policy.check(method("ModelInfer"), "ipv4:127.0.0.1:5000", metadata).error_code(),
+              grpc::StatusCode::UNAVAILABLE)
+        << values[0] << ", " << values[1];
+  }
+  ClientMetadata twice;
+  twice.emplace(header, "s3cret");
+  twice.emplace(header, "s3cret");
+  EXPECT_TRUE(policy.check(method("ModelInfer"), "ipv4:127.0.0.1:5000", twice).ok());
+}
+
 TEST(AccessPolicyTest, ARestrictedGroupNeedsItsHeaderWithTheExactValue) {
   const AccessPolicy policy(AccessOptions{{RestrictedProtocol{{"inference", "health"}, "Admin-Key", "s3cret"}}});
   const std::string header = "triton-grpc-protocol-admin-key";
@@ -2005,6 +2064,37 @@ TEST_F(GrpcServerTest, ARestrictedGroupIsRefusedOnEveryKindOfCallWithoutItsHeade
   EXPECT_EQ(backend_->call_count(), 1u);
   r = unary(method("ModelMetadata"), ld(1, "add_one"));  // metadata: not restricted
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+}
+
+// Issue 25, item 1, through the server: near misses of served paths reach neither the backend nor
+// the core, on TCP and on the Unix socket; the exact name still works. (grpc++'s client cuts a
+// method at a NUL byte, so the NUL itself is sent by tests/integration/test_access.py's grpcio.)
+TEST_F(GrpcServerTest, ANearMissOfAMethodPathIsUnimplementedAndNeverForwarded) {
+  server_->shutdown(1.0);
+  GrpcServerOptions options;
+  options.addresses = {"unix:" + dir_ + "/near.sock"};
+  options.access.restricted.push_back({{"model-repository", "inference"}, "admin", "s3cret"});
+  start_server(options);
+  publish();
+  auto socket = grpc::CreateChannel("unix:" + dir_ + "/near.sock", grpc::InsecureChannelCredentials());
+  grpc::GenericStub local(socket);
+  for (const std::string& m :
+       {method("RepositoryModelUnload") + "\x01", method("RepositoryIndex") + "/", method("LogSettings") + "%00",
+        method("SystemSharedMemoryRegister") + " ", method("modelinfer"), method("ModelStreamInfer") + "\xc3\xa9",
+        std::string("/inference.GRPCInferenceService//ModelInfer"), method("NoSuchMethod")}) {
+    ClientResult r = unary(m, ld(1, "add_one"));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << m << ": " << r.status.error_message();
+    PendingUnary call(&local, m, ld(1, "add_one"));
+    EXPECT_EQ(call.wait().status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << m;
+  }
+  EXPECT_EQ(backend_->call_count(), 0u);
+  EXPECT_EQ(log_.executions(), 0);
+  const Metadata key{{"triton-grpc-protocol-admin", "s3cret"}};
+  ClientResult r = unary(method("ModelInfer"), infer_request("add_one", "ok", rows_from(1, 1), 1), key);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  expect_add_one_answer(r.body, "ok", rows_from(1, 1), 1);
+  server_->shutdown(1.0);
+  ::unlink((dir_ + "/near.sock").c_str());
 }
 
 TEST_F(GrpcServerTest, ControlCallsAreRefusedOnTcpAndForwardedFromTheUnixSocket) {

@@ -244,3 +244,85 @@ def test_a_restricted_protocol_it_cannot_enforce_stops_the_server(
     )
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+# Issue 25, item 1: grpcio (the backend behind the core) matches a method only up to a NUL byte,
+# so a path with one after the name used to pass the core's table unmatched and reach the method
+# without its rule. Every path that is not exactly a served method is now UNIMPLEMENTED.
+NEAR_MISSES = ["\x00", "\x00x", "/", " ", "\u00e9", "%00"]
+
+
+def raw_call(channel: grpc.Channel, path: str, message: object) -> tuple[grpc.StatusCode, str]:
+    call = channel.unary_unary(
+        path,
+        request_serializer=lambda m: m.SerializeToString(),  # type: ignore[attr-defined]
+        response_deserializer=lambda b: b,
+    )
+    return refusal(lambda: call(message, timeout=10))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("suffix", NEAR_MISSES)
+def test_a_near_miss_of_a_method_path_passes_no_rule(
+    restricted_server: ServerProcess, suffix: str
+) -> None:
+    service = "/inference.GRPCInferenceService/"
+    verbose = pb.LogSettingsRequest()
+    verbose.settings["log_verbose_level"].uint32_param = 1
+    calls: list[tuple[str, object]] = [
+        ("RepositoryModelUnload", pb.RepositoryModelUnloadRequest(model_name="simple")),
+        ("RepositoryModelLoad", pb.RepositoryModelLoadRequest(model_name="simple")),
+        ("RepositoryIndex", pb.RepositoryIndexRequest()),
+        ("LogSettings", verbose),
+        ("ModelInfer", pb.ModelInferRequest(model_name="simple")),
+    ]
+    with grpc.insecure_channel(restricted_server.url) as channel:
+        for name, message in calls:
+            code, details = raw_call(channel, service + name + suffix, message)
+            assert code == grpc.StatusCode.UNIMPLEMENTED, (name, details)
+            assert details.startswith("unknown method '/inference.GRPCInferenceService/"), details
+        # Case and doubled slashes are other methods too.
+        for path in (service.lower() + "RepositoryModelUnload", service + "/RepositoryModelUnload"):
+            code, _ = raw_call(channel, path, calls[0][1])
+            assert code == grpc.StatusCode.UNIMPLEMENTED, path
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ModelReady(pb.ModelReadyRequest(name="simple"), timeout=10).ready
+    client = grpcclient.InferenceServerClient(restricted_server.url)
+    try:
+        infer_simple(client, headers={"triton-grpc-protocol-infer": INFER_KEY})
+        settings = client.get_log_settings(
+            headers={"triton-grpc-protocol-admin": ADMIN_KEY}, as_json=True
+        )["settings"]
+        assert settings["log_verbose_level"] == {"uint32_param": 0}, settings  # not changed
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_restricted_header_given_twice_needs_the_key_both_times(
+    restricted_server: ServerProcess,
+) -> None:
+    with grpc.insecure_channel(restricted_server.url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.RepositoryModelUnloadRequest(model_name="simple")
+        for pair in ((ADMIN_KEY, "wrong"), ("wrong", ADMIN_KEY)):
+            metadata = [("triton-grpc-protocol-admin", value) for value in pair]
+            code, message = refusal(
+                lambda m=metadata: stub.RepositoryModelUnload(request, metadata=m, timeout=10)
+            )
+            assert (code, message) == (grpc.StatusCode.UNAVAILABLE, RESTRICTED.format("admin"))
+        assert stub.ModelReady(pb.ModelReadyRequest(name="simple"), timeout=10).ready
+
+
+@pytest.mark.timeout(60)
+def test_shared_memory_calls_with_a_nul_are_refused_on_tcp(closed_server: ServerProcess) -> None:
+    with grpc.insecure_channel(closed_server.url) as channel:
+        for name, message in (
+            ("SystemSharedMemoryRegister", pb.SystemSharedMemoryRegisterRequest(name="r")),
+            ("SystemSharedMemoryUnregister", pb.SystemSharedMemoryUnregisterRequest()),
+            ("LogSettings", pb.LogSettingsRequest()),
+        ):
+            path = f"/inference.GRPCInferenceService/{name}\x00"
+            assert raw_call(channel, path, message)[0] == grpc.StatusCode.UNIMPLEMENTED, name
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ModelReady(pb.ModelReadyRequest(name="simple"), timeout=10).ready

@@ -32,9 +32,11 @@ struct AccessOptions {
   bool shared_memory_on_tcp = false;
 };
 
-// The one check every call of the server passes before its reactor is made: the call's group
-// (Triton's API groups; every method of inference.GRPCInferenceService, grpc.health.v1.Health
-// and server reflection has one) must be open or the call must carry the group's header, and a
+// The one check every call of the server passes before its reactor is made: the method must be
+// one the server serves, spelled exactly (else UNIMPLEMENTED: nothing forwards a path the table
+// does not know), the call's group (Triton's API groups; every method of
+// inference.GRPCInferenceService, grpc.health.v1.Health and server reflection has one) must be
+// open or the call must carry the group's header, once or always with the same value, and a
 // control call on TCP must have been opened there by the operator.
 //
 // Invariants: fixed at construction (check() reads it from any thread without a lock); a group
@@ -50,7 +52,8 @@ class AccessPolicy {
   grpc::Status check(std::string_view method, std::string_view peer,
                      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const;
 
-  // Triton's group of a method ("/package.Service/Method"); "" for a method of no group.
+  // Triton's group of a method ("/package.Service/Method", exactly); "" for a method the server
+  // does not serve.
   static std::string_view group_of(std::string_view method);
   // Calls that change the server's state for everyone (load, unload, log and trace settings,
   // shared-memory registration).
