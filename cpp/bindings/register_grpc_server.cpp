@@ -38,7 +38,7 @@ std::shared_ptr<GrpcServer> make_server(
     int max_connection_idle_ms,
     const std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>& restricted_protocols,
     bool control_on_tcp, uint64_t max_inflight_bytes, std::shared_ptr<SharedMemoryRegistry> shared_memory,
-    bool shared_memory_on_tcp) {
+    bool shared_memory_on_tcp, uint64_t max_stream_pending_bytes) {
   GrpcServerOptions options;
   options.addresses = std::move(addresses);
   options.backend_address = std::move(backend_address);
@@ -52,6 +52,7 @@ std::shared_ptr<GrpcServer> make_server(
   options.server_key_pem = std::move(server_key_pem);
   options.root_cert_pem = std::move(root_cert_pem);
   options.max_stream_outstanding = max_stream_outstanding;
+  options.max_stream_pending_bytes = max_stream_pending_bytes;
   options.max_connection_idle_ms = max_connection_idle_ms;
   for (const auto& [groups, key, value] : restricted_protocols) {
     options.access.restricted.push_back(RestrictedProtocol{groups, key, value});
@@ -132,7 +133,7 @@ void register_grpc_server(py::module_& m) {
            py::arg("restricted_protocols") =
                std::vector<std::tuple<std::vector<std::string>, std::string, std::string>>{},
            py::arg("control_on_tcp") = false, py::arg("max_inflight_bytes") = 0, py::arg("shared_memory") = py::none(),
-           py::arg("shared_memory_on_tcp") = false,
+           py::arg("shared_memory_on_tcp") = false, py::arg("max_stream_pending_bytes") = uint64_t{64} << 20,
            "Binds every address (HOST:PORT or unix:PATH) and serves: inference in the core, every call it does not "
            "answer forwarded to the backend address. restricted_protocols: (groups, key, value) as Triton's "
            "--grpc-restricted-protocol; control_on_tcp: control calls answered on TCP too; shared_memory: the "

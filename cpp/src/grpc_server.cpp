@@ -166,6 +166,7 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
       grpc::CreateCustomChannel(options_.backend_address, grpc::InsecureChannelCredentials(), backend_args);
   transport_->backend = std::make_unique<grpc::GenericStub>(backend_channel_);
   transport_->max_stream_outstanding = std::max<size_t>(1, options_.max_stream_outstanding);  // 0 would never read
+  transport_->max_stream_pending_bytes = options_.max_stream_pending_bytes;
   transport_->shared_memory = options_.shared_memory;
   transport_->shared_memory_on_tcp = options_.shared_memory_on_tcp;
   AccessOptions access = options_.access;

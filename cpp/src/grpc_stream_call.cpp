@@ -1,9 +1,12 @@
 // ModelStreamInfer on the core's gRPC server.
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -45,12 +48,20 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool want
 // observes (sent_to_python: sampled for tracing, verbose logs) unless decoupled, go one by one to
 // the backend's ModelInfer.
 //
+// Answers wait in writes_ until the client reads them. Their bytes are bounded per call
+// (max_stream_pending_bytes; the first waiting answer always fits) and, with the requests'
+// bytes, by the server's InflightBudget: an answer past either is not queued, and its request
+// fails RESOURCE_EXHAUSTED instead (a decoupled request is cancelled in the core too, and its
+// later responses are dropped), so a client that stops reading, or a decoupled model that sends
+// faster than its client reads, holds a bounded amount of the server's memory.
+//
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
 // read and not yet finally answered and sent (outstanding_ counts requests, not writes), beyond
 // which reading waits (a client that sends without reading is held back by gRPC's flow control
-// instead of being buffered); the call finishes once the client has stopped sending and every
-// answer is sent, or at the first failure of the stream itself; the object lives until grpc is
-// done (OnDone) and every request it submitted or forwarded has come back.
+// instead of being buffered); pending_bytes_ is the sum of writes_' sizes, each write holding its
+// bytes of the InflightBudget until it is sent or dropped; the call finishes once the client has stopped sending and
+// every answer is sent, or at the first failure of the stream itself; the object lives until grpc is done (OnDone) and
+// every request it submitted or forwarded has come back.
 class StreamInferCall final : public grpc::ServerGenericBidiReactor, public CompletionSink {
  public:
   StreamInferCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
@@ -90,12 +101,14 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (writes_.front().ends_request) --outstanding_;
+    pending_bytes_ -= writes_.front().size;
     writes_.pop_front();
     writing_ = false;
     if (!ok) {
       broken_ = true;  // the client is gone: nothing more can be sent
       for (const PendingWrite& write : writes_) outstanding_ -= write.ends_request ? 1 : 0;
       writes_.clear();
+      pending_bytes_ = 0;
     }
     after_change(std::move(lock));
   }
@@ -123,6 +136,10 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 
   void OnDone() override { unref(); }
 
+  // A call that held many answers frees them in small pieces, which glibc keeps in its arenas:
+  // the backlog counts towards the budget's trim as one large release.
+  ~StreamInferCall() override { transport_->inflight->released_elsewhere(peak_pending_bytes_); }
+
   // A request the core computed or failed (on a core worker thread).
   void complete(Completion&& completion) override {
     std::shared_ptr<const ModelRoute> route;
@@ -134,6 +151,12 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         in_core_.erase(found);
       }
     }
+    if (completion.request && forget_overflowed(completion.request->token)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      answer_dropped_locked();  // its error answer went out when its responses overflowed
+      after_change(std::move(lock));
+      return;
+    }
     const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
       if (route != nullptr) count_failure(*route, completion.status, id);
@@ -142,7 +165,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
     const InferenceRequest& request = *completion.request;
     if (!completion.respond) {  // a decoupled request's final flag alone
-      if (request.final_response_flag) return send(empty_final_answer(request), /*ends_request=*/true);
+      // Small, and it ends the request: never refused.
+      if (request.final_response_flag) {
+        send(empty_final_answer(request), /*ends_request=*/true, /*bounded=*/false);
+        return;
+      }
       std::unique_lock<std::mutex> lock(mutex_);
       answer_dropped_locked();  // nothing to send: the request simply ends
       after_change(std::move(lock));
@@ -154,24 +181,65 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       if (route != nullptr) count_failure(*route, failed, id);
       return answer_error(to_grpc_status(failed), id, /*ends_request=*/true, final_flag(request, true));
     }
-    send(std::move(bytes), /*ends_request=*/true);
+    if (!send(std::move(bytes), /*ends_request=*/true)) {
+      const Status refused = Status::Error(StatusCode::kResourceExhausted, unsent_message());
+      if (route != nullptr) count_failure(*route, refused, id);
+      answer_error(to_grpc_status(refused), id, /*ends_request=*/true, final_flag(request, true));
+    }
   }
 
   // One response of a decoupled model's request before its final one (on a core worker thread).
+  // A response that does not fit (see the class comment) fails the request: one error answer,
+  // the request cancelled in the core, and its later responses and final answer dropped.
   void respond(const InferenceRequest& request, RequestResult&& response) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (overflowed_.count(request.token) != 0) return;
+    }
+    bool sent;
     if (!response.status.ok()) {
-      return answer_error(to_grpc_status(response.status), request.id, /*ends_request=*/false,
-                          final_flag(request, false));
+      sent = respond_error(to_grpc_status(response.status), request);
+    } else {
+      grpc::ByteBuffer bytes;
+      const Status failed = write_answer(request, response.outputs, &bytes, final_flag(request, false));
+      sent =
+          failed.ok() ? send(std::move(bytes), /*ends_request=*/false) : respond_error(to_grpc_status(failed), request);
     }
-    grpc::ByteBuffer bytes;
-    const Status failed = write_answer(request, response.outputs, &bytes, final_flag(request, false));
-    if (!failed.ok()) {
-      return answer_error(to_grpc_status(failed), request.id, /*ends_request=*/false, final_flag(request, false));
-    }
-    send(std::move(bytes), /*ends_request=*/false);
+    if (!sent) overflow(request);
   }
 
  private:
+  std::string unsent_message() const {
+    return "the stream's answers waiting to be sent passed their bound (" +
+           std::to_string(transport_->max_stream_pending_bytes) + " bytes per call, --stream-max-pending-bytes, or " +
+           std::to_string(transport_->inflight->limit()) +
+           " bytes in all, --max-inflight-bytes): the client is not reading them fast enough";
+  }
+
+  // A decoupled request whose response did not fit: its error answer, the last the client hears of
+  // it (with the final flag), then the core is told to stop it (the model sees it cancelled).
+  void overflow(const InferenceRequest& request) {
+    std::shared_ptr<const ModelRoute> route;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!overflowed_.insert(request.token).second) return;
+      const auto found = in_core_.find(request.token);
+      if (found != in_core_.end()) route = found->second;
+    }
+    const Status refused = Status::Error(StatusCode::kResourceExhausted, unsent_message());
+    if (route != nullptr) count_failure(*route, refused, request.id);
+    answer_error(to_grpc_status(refused), request.id, /*ends_request=*/false, final_flag(request, true));
+    if (route != nullptr) {
+      if (const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock()) scheduler->cancel(request.token);
+    }
+  }
+
+  // True once, when `token` overflowed (its final completion then ends it without an answer).
+  bool forget_overflowed(uint64_t token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return overflowed_.erase(token) != 0;
+  }
+
   void handle(const grpc::ByteBuffer& request) {
     ReceivedMessage received;
     if (!receive(request, &received)) {
@@ -269,7 +337,10 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
             forwarded_.erase(call);
           }
           if (status.ok()) {
-            send(stream_answer(call->response, wants_flag), /*ends_request=*/true);
+            if (!send(stream_answer(call->response, wants_flag), /*ends_request=*/true)) {
+              answer_error(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, unsent_message()), id,
+                           /*ends_request=*/true, wants_flag ? std::optional<bool>(true) : std::nullopt);
+            }
           } else {
             answer_error(status, id, /*ends_request=*/true, wants_flag ? std::optional<bool>(true) : std::nullopt);
           }
@@ -290,7 +361,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 
   // One request failed (`ends_request`), or one of a decoupled request's responses is an error:
   // its error answer (with `final_response`, see final_flag), or the end of the call with
-  // `triton_grpc_error`.
+  // `triton_grpc_error`. Not bounded (see send): a request's error answer is small and ends it.
   void answer_error(const grpc::Status& status, const std::string& id, bool ends_request,
                     std::optional<bool> final_response = std::nullopt) {
     if (end_on_error_) {
@@ -300,19 +371,42 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       after_change(std::move(lock));
       return;
     }
-    send(message(stream_error_response(status.error_message(), id, final_response)), ends_request);
+    send(message(stream_error_response(status.error_message(), id, final_response)), ends_request, /*bounded=*/false);
+  }
+
+  // One of a decoupled request's responses is an error: as answer_error, but bounded like any
+  // response (a model may send errors in a loop); false when it did not fit.
+  bool respond_error(const grpc::Status& status, const InferenceRequest& request) {
+    if (end_on_error_) {
+      answer_error(status, request.id, /*ends_request=*/false);
+      return true;
+    }
+    return send(message(stream_error_response(status.error_message(), request.id, final_flag(request, false))),
+                /*ends_request=*/false);
   }
 
   // Queues one answer; each is sent after the one before it. `ends_request`: the request's last.
-  void send(grpc::ByteBuffer&& bytes, bool ends_request) {
+  // `bounded`: false when the answer does not fit (per call, or in the server's budget; see the
+  // class comment), and nothing is queued; the refusals that tell of it are not bounded (one per
+  // request at most, and small). An answer to a call that is gone is dropped (true).
+  bool send(grpc::ByteBuffer&& bytes, bool ends_request, bool bounded = true) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (broken_ || final_status_ || finished_) {
       if (ends_request) answer_dropped_locked();
       after_change(std::move(lock));
-      return;
+      return true;
     }
-    writes_.push_back(PendingWrite{std::move(bytes), ends_request});
+    const uint64_t size = bytes.Length();
+    ByteReservation reservation;
+    const bool first = pending_bytes_ == 0;  // the first waiting answer always fits
+    const uint64_t per_call = transport_->max_stream_pending_bytes;
+    const bool within_call = first || per_call == 0 || pending_bytes_ + size <= per_call;
+    if (!(within_call && transport_->inflight->reserve(size, &reservation)) && bounded && !first) return false;
+    pending_bytes_ += size;
+    peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+    writes_.push_back(PendingWrite{std::move(bytes), ends_request, size, std::move(reservation)});
     after_change(std::move(lock));
+    return true;
   }
 
   void answer_dropped_locked() { --outstanding_; }
@@ -380,8 +474,13 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   struct PendingWrite {
     grpc::ByteBuffer bytes;
     bool ends_request;  // the request's last answer: sending it ends the request (outstanding_)
+    uint64_t size;
+    ByteReservation reservation;  // its bytes of the InflightBudget (empty when over it but first)
   };
-  std::deque<PendingWrite> writes_;                                // answers waiting to be sent; front() in flight
+  std::deque<PendingWrite> writes_;  // answers waiting to be sent; front() in flight
+  uint64_t pending_bytes_ = 0;       // the sizes of writes_
+  uint64_t peak_pending_bytes_ = 0;  // the most pending_bytes_ has been
+  std::set<uint64_t> overflowed_;    // decoupled requests failed for a response that did not fit
   std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
   std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
 };

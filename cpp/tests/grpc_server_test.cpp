@@ -3,6 +3,8 @@
 // grpc.aio server) whose answers each test chooses, and a real client (grpc::GenericStub, raw
 // ByteBuffers). Requests are serialized by hand and answers read with WireReader, field numbers
 // from proto/grpc_service.proto. Every wait is bounded (kWait).
+#include "inferd/grpc_server.h"
+
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -33,7 +35,6 @@
 
 #include "inferd/completion_queue.h"
 #include "inferd/executor.h"
-#include "inferd/grpc_server.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/model_signature.h"
 #include "inferd/pinned_buffer_pool.h"
@@ -679,13 +680,16 @@ class PendingUnary {
 // synchronously: write() queues a message, read() waits for the next one, finish() for the status.
 class StreamClient final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
+  // `reading`: false for a client that reads nothing until start_reading() (the server's writes
+  // then wait once the transport's flow-control window is full).
   StreamClient(grpc::GenericStub* stub, const std::string& m, const Metadata& metadata = {},
-               std::chrono::milliseconds timeout = 10s) {
+               std::chrono::milliseconds timeout = 10s, bool reading = true) {
     set_up_context(&context_, metadata, timeout);
     stub->PrepareBidiStreamingCall(&context_, m, grpc::StubOptions(), this);
-    StartRead(&incoming_);
+    if (reading) StartRead(&incoming_);
     StartCall();
   }
+  void start_reading() { StartRead(&incoming_); }
   ~StreamClient() override {
     if (wait_done(kWait)) return;
     context_.TryCancel();
@@ -1531,6 +1535,161 @@ TEST_F(GrpcServerTest, ConcurrentStreamsOfADecoupledModelGetEachResponseInOrderT
   for (auto& client : clients) client.join();
   EXPECT_EQ(backend_->call_count(), 0u);
   EXPECT_EQ(scheduler->statistics().responses, static_cast<uint64_t>(kStreams * 9));
+}
+
+// Issue 25, items 2 and 3: a decoupled model that sends 1 MiB responses as fast as it can, to a
+// client that reads none: it stops (cancelled) once the call holds its bound of unsent answers.
+class FloodExecutor : public Executor {
+ public:
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
+  }
+  bool decoupled() const override { return true; }
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto n = static_cast<int>(*reinterpret_cast<const float*>(requests[i].inputs.at(0).data));
+      int k = 0;
+      for (; k < n && !requests[i].cancellation.requested(); ++k) {
+        auto values = std::make_shared<std::vector<float>>(kValues, static_cast<float>(k));
+        RequestResult response;
+        response.outputs.push_back(Tensor{DataType::kFp32,
+                                          {1, kValues},
+                                          reinterpret_cast<const std::byte*>(values->data()),
+                                          kValues * sizeof(float),
+                                          values});
+        responses->respond(i, std::move(response));
+      }
+      sent.store(k);
+      RequestResult flag_only;
+      flag_only.respond = false;
+      results->push_back(std::move(flag_only));
+    }
+    done.store(done.load() + 1);
+    return Status::Ok();
+  }
+  static constexpr int64_t kValues = 1 << 18;  // 1 MiB of FP32
+  std::atomic<int> sent{-1};                   // responses the last request got before it stopped
+  std::atomic<int> done{0};                    // requests run
+};
+
+class FloodTest : public GrpcServerTest {
+ protected:
+  // Restarts the server with `options` and publishes the flood model.
+  void serve_flood(GrpcServerOptions options) {
+    server_->shutdown(1.0);
+    start_server(options);
+    auto signature = std::make_shared<ModelSignature>(*signature_);
+    signature->name = "flood";
+    signature->decoupled = true;
+    signature->outputs.at(0).dims = {-1};
+    SchedulerOptions scheduler_options;
+    scheduler_options.model_name = "flood";
+    std::vector<std::unique_ptr<Executor>> instances;
+    auto executor = std::make_unique<FloodExecutor>();
+    flood_ = executor.get();
+    instances.push_back(std::move(executor));
+    flood_scheduler_ =
+        std::make_shared<Scheduler>(scheduler_options, std::move(instances), std::make_shared<CompletionQueue>(),
+                                    std::make_shared<PinnedBufferPool>(1 << 24, false));
+    auto route = std::make_shared<ModelRoute>();
+    route->model = "flood";
+    route->version = "1";
+    route->scheduler = flood_scheduler_;
+    route->signature = signature;
+    publish([&](ServingSnapshot& snapshot) {
+      snapshot.models["flood"][""] = route;
+      snapshot.schedulers.push_back(flood_scheduler_);
+    });
+  }
+  void TearDown() override {
+    if (flood_scheduler_) flood_scheduler_->shutdown(Scheduler::ShutdownMode::kDrain);
+    GrpcServerTest::TearDown();
+  }
+  FloodExecutor* flood_ = nullptr;
+  std::shared_ptr<Scheduler> flood_scheduler_;
+};
+
+TEST_F(FloodTest, ADecoupledModelsUnsentResponsesAreBoundedPerCallAndTheRequestFailsPastIt) {
+  GrpcServerOptions options;
+  options.max_stream_pending_bytes = uint64_t{4} << 20;
+  serve_flood(options);
+  FloodExecutor* flood = flood_;
+  {
+    StreamClient stream(stub_.get(), method("ModelStreamInfer"), {}, 20s, /*reading=*/false);
+    stream.write(infer_request("flood", "deluge", rows_from(1000, 1), 1));
+    ASSERT_TRUE(eventually([&] { return flood->done.load() == 1; }, 15s)) << "the model was never stopped";
+    // 4 MiB per call, a few more in grpc's flow-control windows: far from the 1000 MiB asked for.
+    EXPECT_LT(flood->sent.load(), 64) << "responses sent before the request was cancelled";
+    stream.start_reading();
+    std::string bytes;
+    int responses = 0;
+    StreamAnswer answer;
+    while (stream.read(&bytes)) {
+      answer = StreamAnswer{};
+      ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+      if (!answer.error_message.empty()) break;
+      ASSERT_EQ(answer.infer.raw.size(), 1u);
+      EXPECT_EQ(answer.infer.values(0).front(), static_cast<float>(responses)) << "in order";
+      ++responses;
+    }
+    EXPECT_NE(answer.error_message.find("waiting to be sent passed their bound"), std::string::npos)
+        << answer.error_message;
+    EXPECT_EQ(answer.infer.id, "deluge");
+    EXPECT_NE(answer.infer_bytes.find(std::string("triton_final_response\x12\x02\x08\x01", 25)), std::string::npos)
+        << "the error is the request's last answer";
+    EXPECT_GE(responses, 3);  // three 1 MiB answers (and their headers) fit in 4 MiB
+    EXPECT_LE(responses, flood->sent.load());
+    EXPECT_FALSE(stream.read(&bytes, 200ms)) << "nothing after the request's last answer";
+    stream.writes_done();
+    const grpc::Status status = stream.finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  // The same model serves a client that reads, whole (within the bound: the model writes faster
+  // than any client reads, so 1 MiB responses past it would fail).
+  StreamClient reader(stub_.get(), method("ModelStreamInfer"));
+  reader.write(infer_request("flood", "drizzle", rows_from(3, 1), 1));
+  std::string bytes;
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(reader.read(&bytes)) << k;
+    StreamAnswer answer;
+    ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+    EXPECT_EQ(answer.error_message, "");
+  }
+  reader.writes_done();
+  EXPECT_TRUE(reader.finish().ok());
+  EXPECT_EQ(flood->sent.load(), 3);
+}
+
+// Item 3: with no bound per call, the server's budget (--max-inflight-bytes) bounds what every
+// stream's unsent answers hold together.
+TEST_F(FloodTest, UnsentResponsesOfEveryStreamCountInTheServersBudget) {
+  GrpcServerOptions options;
+  options.max_stream_pending_bytes = 0;
+  options.max_inflight_bytes = uint64_t{6} << 20;
+  serve_flood(options);
+  std::vector<std::unique_ptr<StreamClient>> streams;
+  for (int c = 0; c < 3; ++c) {
+    streams.push_back(std::make_unique<StreamClient>(stub_.get(), method("ModelStreamInfer"), Metadata{}, 20s,
+                                                     /*reading=*/false));
+    streams.back()->write(infer_request("flood", "s" + std::to_string(c), rows_from(1000, 1), 1));
+    ASSERT_TRUE(eventually([&] { return flood_->done.load() == c + 1; }, 15s))
+        << "stream " << c << " was never stopped";
+    EXPECT_LT(flood_->sent.load(), 64) << "stream " << c;
+  }
+  for (auto& stream : streams) {
+    stream->start_reading();
+    std::string bytes;
+    std::string last_error;
+    while (stream->read(&bytes)) {
+      StreamAnswer answer;
+      ASSERT_TRUE(parse_stream_answer(bytes, &answer));
+      last_error = answer.error_message;
+      if (!last_error.empty()) break;  // the request's last answer
+    }
+    EXPECT_NE(last_error.find("6291456 bytes in all, --max-inflight-bytes"), std::string::npos) << last_error;
+    stream->cancel();
+  }
 }
 
 // --- 7. invalid bytes ----------------------------------------------------------------------------

@@ -412,6 +412,7 @@ class GrpcServer:
         max_inflight_bytes: int = 0,
         shared_memory: SharedMemoryRegistry | None = None,
         shared_memory_on_tcp: bool = False,
+        max_stream_pending_bytes: int = ...,
     ) -> None: ...
     @property
     def ports(self) -> list[int]: ...

@@ -208,6 +208,7 @@ def _transport_options(
         ),
         control_on_tcp=settings.grpc_control_on_tcp,
         max_stream_outstanding=settings.stream_max_outstanding,
+        max_stream_pending_bytes=settings.stream_max_pending_bytes,
         max_inflight_bytes=settings.max_inflight_bytes,
         shared_memory=shared_memory.core if shared_memory.enabled else None,
         shared_memory_on_tcp=settings.shared_memory_listeners == "all",

@@ -69,11 +69,21 @@ class ServerSettings:
             "it the server stops reading the stream (gRPC's flow control holds the client back)."
         ),
     )
+    stream_max_pending_bytes: int = field(
+        default=64 << 20,
+        metadata=_help(
+            "Bytes of answers one ModelStreamInfer call may hold waiting to be sent (a client that "
+            "does not read; a decoupled model that sends faster than the client reads); past it "
+            "the answer's request fails RESOURCE_EXHAUSTED and is cancelled. The first waiting "
+            "answer always fits. 0 = no limit per call (--max-inflight-bytes still bounds it)."
+        ),
+    )
     max_inflight_bytes: int = field(
         default=2**31,
         metadata=_help(
-            "Bytes of inference requests received and not yet answered, all clients together; a "
-            "request past it is answered RESOURCE_EXHAUSTED at once. 0 = no limit."
+            "Bytes of inference requests received and not yet answered, and of streamed answers "
+            "waiting to be sent, all clients together; a request past it is answered "
+            "RESOURCE_EXHAUSTED at once, and so is a streamed answer's request. 0 = no limit."
         ),
     )
     grpc_max_connection_idle_secs: float = field(

@@ -36,7 +36,9 @@ struct TransportContext {
   FailureCounts failures;
   std::unique_ptr<grpc::GenericStub> backend;
   size_t max_stream_outstanding = 1024;
-  // Bytes of the inference requests received and not yet answered (see InflightBudget).
+  uint64_t max_stream_pending_bytes = 0;  // per call, 0: no limit (GrpcServerOptions)
+  // Bytes of the inference requests received and not yet answered, and of the streams' answers
+  // waiting to be sent (see InflightBudget).
   const std::shared_ptr<InflightBudget> inflight;
   // Registered shared-memory regions (null: off), and whether TCP callers may name them.
   std::shared_ptr<SharedMemoryRegistry> shared_memory;

@@ -100,6 +100,10 @@ class InflightBudget : public std::enable_shared_from_this<InflightBudget> {
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
   uint64_t limit() const { return limit_; }
 
+  // `bytes` freed outside a reservation of that size (a stream's backlog of small answers): they
+  // count towards the trim as one release would (LargeRequestTrim).
+  void released_elsewhere(uint64_t bytes) { trim_.released(bytes); }
+
  private:
   friend class ByteReservation;
   void release(uint64_t bytes) {

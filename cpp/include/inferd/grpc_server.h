@@ -46,8 +46,13 @@ struct GrpcServerOptions {
   // Streamed requests a ModelStreamInfer call may have unanswered or unsent before the core stops
   // reading more from it: a client that sends without reading is held back, not buffered.
   size_t max_stream_outstanding = 1024;
-  // Bytes of inference requests received and not yet answered, all calls together; a request
-  // that would take them past it is answered RESOURCE_EXHAUSTED at once. 0 = no limit.
+  // Bytes of answers a ModelStreamInfer call may hold waiting to be sent (a client that does not
+  // read, a decoupled model that sends faster than it reads); past it the answer's request fails
+  // RESOURCE_EXHAUSTED. The first waiting answer always fits. 0 = no limit per call.
+  uint64_t max_stream_pending_bytes = uint64_t{64} << 20;
+  // Bytes of inference requests received and not yet answered, and of answers waiting to be sent
+  // on streams, all calls together; a request that would take them past it is answered
+  // RESOURCE_EXHAUSTED at once, and so is a streamed answer's request. 0 = no limit.
   uint64_t max_inflight_bytes = 0;
   // The regions clients registered (null: shared memory is off). Requests naming a region are
   // served on the Unix socket, and on TCP too only with shared_memory_on_tcp; so are the

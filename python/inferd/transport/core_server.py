@@ -53,6 +53,7 @@ class TransportOptions:
     restricted_protocols: tuple[tuple[list[str], str, str], ...] = ()
     control_on_tcp: bool = False
     max_stream_outstanding: int = 1024
+    max_stream_pending_bytes: int = 64 << 20
     max_inflight_bytes: int = 0
     # The server's regions (None: shared memory off), served on the Unix socket, and on TCP too
     # with shared_memory_on_tcp (--shared-memory-listeners all).
@@ -252,6 +253,7 @@ class CoreGrpcServer:
                 restricted_protocols=list(options.restricted_protocols),
                 control_on_tcp=options.control_on_tcp,
                 max_stream_outstanding=options.max_stream_outstanding,
+                max_stream_pending_bytes=options.max_stream_pending_bytes,
                 max_inflight_bytes=options.max_inflight_bytes,
                 shared_memory=options.shared_memory,
                 shared_memory_on_tcp=options.shared_memory_on_tcp,
