@@ -98,6 +98,8 @@ class InferenceServer:
         self.health.start()
         self._open_files = asyncio.create_task(OpenFilesWatch().run())
         loaded = sorted({m.name for m in self.registry.loaded()})
+        # Only models a load was tried for: in explicit mode the rest were never asked for.
+        tried = set(self.registry.known_models())
         log.info(
             "server started",
             listeners=self.listeners(),
@@ -111,7 +113,9 @@ class InferenceServer:
                 {
                     s.name
                     for s in self.registry.index()
-                    if s.state is ModelState.UNAVAILABLE and s.name not in loaded
+                    if s.state is ModelState.UNAVAILABLE
+                    and s.name in tried
+                    and s.name not in loaded
                 }
             ),
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +114,9 @@ def test_a_default_priority_level_without_levels_is_ignored_as_in_triton(
     finally:
         client.load_model("simple")
 
+
+def test_models_failed_names_only_the_models_asked_for(explicit_server: ServerProcess) -> None:
+    """Before: every model of the repository not loaded at start, asked for or not."""
+    (started,) = [r for r in explicit_server.records() if r.get("event") == "server started"]
+    assert started["models_loaded"] == ["generate", "simple"], started
+    assert started["models_failed"] == [REQUESTED_BROKEN], started
