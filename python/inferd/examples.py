@@ -303,24 +303,46 @@ ensemble_scheduling {{
 GENERATE_MODEL_PY: Final = """\
 \"\"\"A token generator that streams: for a PROMPT and MAX_TOKENS, MAX_TOKENS responses, each one
 TOKEN: the prompt's whitespace-separated words in turn, starting over after the last (an empty
-prompt or MAX_TOKENS below 1 gives none); then the final flag alone.\"\"\"
+prompt or MAX_TOKENS below 1 gives none); then the final flag alone. MAX_TOKENS above
+MAX_TOKENS_LIMIT is answered with an error, and a cancelled request stops generating.\"\"\"
+
+import itertools
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+MAX_TOKENS_LIMIT = 1_000_000
+# Asking whether the request was cancelled is a round trip to the server: once per this many
+# tokens (asked at every token, it cut the stream from ~6,500 tokens/s to ~1,900).
+CANCEL_CHECK_EVERY = 32
+
 
 def tokens(prompt, max_tokens):
-    words = prompt.split()
-    return [words[i % len(words)] for i in range(max_tokens)] if words else []
+    \"\"\"One token at a time: the list of them all could be larger than the worker's memory.\"\"\"
+    return itertools.islice(itertools.cycle(prompt.split()), max(0, max_tokens))
 
 
 class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()[0]
-            max_tokens = pb_utils.get_input_tensor_by_name(request, "MAX_TOKENS").as_numpy()[0]
+            count = pb_utils.get_input_tensor_by_name(request, "MAX_TOKENS").as_numpy()[0]
+            max_tokens = int(count)
             sender = request.get_response_sender()
-            for token in tokens(prompt, int(max_tokens)):
+            if max_tokens > MAX_TOKENS_LIMIT:
+                error = pb_utils.TritonError(
+                    f"MAX_TOKENS {max_tokens} is more than this model generates "
+                    f"({MAX_TOKENS_LIMIT})",
+                    pb_utils.TritonError.INVALID_ARG,
+                )
+                sender.send(
+                    pb_utils.InferenceResponse(error=error),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+                continue
+            for i, token in enumerate(tokens(prompt, max_tokens)):
+                if i % CANCEL_CHECK_EVERY == 0 and sender.is_cancelled():
+                    break  # the client went away (or its deadline passed): stop generating
                 out = pb_utils.Tensor("TOKEN", np.array([token], dtype=np.object_))
                 sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -6,7 +6,10 @@ as ``unix:PATH``."""
 from __future__ import annotations
 
 import json
+import os
+import queue
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +25,11 @@ UNREQUESTED_BROKEN = "unrequested_broken"
 STARTUP_MODELS = ["simple", "generate", REQUESTED_BROKEN]
 
 
-def is_requested_broken_failure(record: dict[str, object]) -> bool:
-    return REQUESTED_BROKEN in json.dumps(record)
+def is_expected_error(record: dict[str, object]) -> bool:
+    """The requested broken model's failed load, and generate's refusal of too many tokens: a
+    python model's error response is logged as INTERNAL whatever its TritonError code."""
+    text = json.dumps(record)
+    return REQUESTED_BROKEN in text or "more than this model generates" in text
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +48,7 @@ def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         "explicit",
         "--load-model",
         ",".join(STARTUP_MODELS),
-        expected_errors=is_requested_broken_failure,
+        expected_errors=is_expected_error,
     ) as server:
         yield server
 
@@ -120,3 +126,95 @@ def test_models_failed_names_only_the_models_asked_for(explicit_server: ServerPr
     (started,) = [r for r in explicit_server.records() if r.get("event") == "server started"]
     assert started["models_loaded"] == ["generate", "simple"], started
     assert started["models_failed"] == [REQUESTED_BROKEN], started
+
+
+GENERATE_LIMIT = 1_000_000  # the example's MAX_TOKENS_LIMIT
+RSS_SLACK_BYTES = 50 << 20  # before the fix the worker grew ~70 MB/s, cancelled or not
+
+
+def generate_inputs(prompt: bytes, max_tokens: int) -> list[grpcclient.InferInput]:
+    tensors = [
+        grpcclient.InferInput("PROMPT", [1], "BYTES"),
+        grpcclient.InferInput("MAX_TOKENS", [1], "INT32"),
+    ]
+    tensors[0].set_data_from_numpy(np.array([prompt], dtype=np.object_))
+    tensors[1].set_data_from_numpy(np.array([max_tokens], dtype=np.int32))
+    return tensors
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(8):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        pid = int(status.split("PPid:")[1].split()[0])
+        if pid == ancestor:
+            return True
+    return False
+
+
+def worker_rss(server: ServerProcess, instance: str) -> int:
+    """Resident bytes of the server's python worker for ``instance``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if instance.encode() in argv and descends_from(int(entry.name), server.process.pid):
+            return int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    pytest.fail(f"no worker for {instance}")
+
+
+def stream_generate(
+    client: grpcclient.InferenceServerClient, prompt: bytes, max_tokens: int
+) -> queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]]:
+    answers: queue.Queue[tuple[grpcclient.InferResult | None, Exception | None]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.async_stream_infer("generate", generate_inputs(prompt, max_tokens))
+    return answers
+
+
+def assert_generates(client: grpcclient.InferenceServerClient, words: list[bytes]) -> None:
+    """One whole generation on a new stream, its tokens as asked (the instance is free)."""
+    answers = stream_generate(client, b" ".join(words), len(words))
+    tokens = []
+    for _ in words:
+        result, error = answers.get(timeout=30)
+        assert error is None and result is not None, error
+        tokens.append(result.as_numpy("TOKEN")[0])
+    client.stop_stream()
+    assert tokens == words
+
+
+def test_generate_refuses_max_tokens_past_its_limit_without_growing(
+    explicit_server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """Before: the worker built a list of 2^31-1 tokens (~70 MB/s) and never answered."""
+    before = worker_rss(explicit_server, "generate_0")
+    answers = stream_generate(client, b"a b", 2**31 - 1)
+    result, error = answers.get(timeout=30)
+    client.stop_stream()
+    assert result is None and error is not None
+    assert f"MAX_TOKENS {2**31 - 1} is more than this model generates ({GENERATE_LIMIT})" in str(
+        error
+    )
+    assert worker_rss(explicit_server, "generate_0") < before + RSS_SLACK_BYTES
+    assert_generates(client, [b"a", b"b"])
+
+
+def test_a_cancelled_generation_stops(
+    explicit_server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    """A million tokens take minutes; cancelled after three, the one instance is free at once
+    (before: it generated on, and the worker grew, after the client had gone)."""
+    before = worker_rss(explicit_server, "generate_0")
+    answers = stream_generate(client, b"to be or not", GENERATE_LIMIT)
+    for _ in range(3):
+        _, error = answers.get(timeout=30)
+        assert error is None, error
+    client.stop_stream(cancel_requests=True)
+    assert_generates(client, [b"to", b"be"])
+    assert worker_rss(explicit_server, "generate_0") < before + RSS_SLACK_BYTES
