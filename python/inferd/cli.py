@@ -64,10 +64,20 @@ def _octal_mode(text: str) -> str:
     return text
 
 
+def _unix_socket_path(text: str) -> str:
+    """A Unix socket's path, given as PATH or as gRPC writes its address (``unix:PATH``,
+    ``unix:///ABSOLUTE``)."""
+    for scheme in ("unix://", "unix:"):
+        if text.startswith(scheme):
+            return text[len(scheme) :]
+    return text
+
+
 # Settings whose flags take something other than their field's type says.
 _CONVERTERS: dict[str, Any] = {
     "grpc_port": _port,
     "metrics_port": _port,
+    "grpc_unix_socket": _unix_socket_path,
     "grpc_unix_socket_mode": _octal_mode,
     "model_repository": Path,
 }
@@ -244,7 +254,7 @@ async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
 def _default_health_address() -> str:
     """Where the server started with the same INFERD_* variables listens: its Unix socket if it
     has one (no TLS to configure), else its TCP port on the loopback."""
-    unix_socket = os.environ.get("INFERD_GRPC_UNIX_SOCKET", "")
+    unix_socket = _unix_socket_path(os.environ.get("INFERD_GRPC_UNIX_SOCKET", ""))
     if unix_socket:
         return f"unix:{unix_socket}"
     return f"127.0.0.1:{os.environ.get('INFERD_GRPC_PORT', '8001')}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +135,7 @@ class InferenceServer:
         """Stops taking calls, lets in-flight ones finish within ``grace`` seconds, then drains
         the models' queues and frees them."""
         grace = self.settings.exit_timeout_secs if grace is None else grace
+        deadline = time.monotonic() + grace  # for everything in flight, not per stage
         self.registry.abandon_loads()  # a load or warm-up in progress must not hold the stop
         self.state.accepting = False
         self.publisher.publish()
@@ -151,7 +153,7 @@ class InferenceServer:
         if self.unix_socket is not None:
             self.unix_socket.remove()
         # A python model's execute that never returns must not hold the stop forever.
-        await self.registry.close(abort_after_s=grace)
+        await self.registry.close(abort_after_s=max(deadline - time.monotonic(), 0.0))
         self.dispatcher.close()
         self.telemetry.close()
         # allocations stays at its warm-up count under steady traffic: batches reuse buffers.
@@ -283,6 +285,7 @@ async def create_server(
         limits=_load_limits(settings),
         abandon=stopping,
         readiness=ReadinessRules(settings.strict_readiness, settings.ready_without_models),
+        drain_timeout_s=settings.exit_timeout_secs,
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.

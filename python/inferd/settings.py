@@ -26,7 +26,9 @@ class ServerSettings:
     )
     grpc_unix_socket: str = field(
         default="",
-        metadata=_help("Also listen on this Unix socket path (for sidecars); empty = none."),
+        metadata=_help(
+            "Also listen on this Unix socket (PATH or unix:PATH, for sidecars); empty = none."
+        ),
     )
     grpc_unix_socket_mode: str = field(
         default="0660",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,3 +220,31 @@ def test_a_cancelled_generation_stops(
     client.stop_stream(cancel_requests=True)
     assert_generates(client, [b"to", b"be"])
     assert worker_rss(explicit_server, "generate_0") < before + RSS_SLACK_BYTES
+
+
+@pytest.mark.parametrize("scheme", ["unix:", "unix://"])
+def test_a_unix_socket_flag_written_as_grpc_writes_it_is_served(
+    tmp_path: Path, scheme: str
+) -> None:
+    """Before: ``--grpc-unix-socket unix:/p`` stopped the start ("unix:unix:/p")."""
+    socket_path = tmp_path / "flag.sock"
+    names = make_examples(tmp_path / "models")
+    address = f"{scheme}{socket_path}"
+    with running_server(tmp_path / "models", names, tmp_path, "--grpc-unix-socket", address):
+        assert socket_path.is_socket()
+        client = grpcclient.InferenceServerClient(f"unix:{socket_path}")
+        try:
+            assert_simple_serves(client)
+        finally:
+            client.close()
+        # `inferd health` reads the same variable as the server: unix:PATH there too.
+        health = subprocess.run(
+            [sys.executable, "-m", "inferd", "health"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={"INFERD_GRPC_UNIX_SOCKET": address, "PATH": "/usr/bin:/bin"},
+        )
+        assert health.returncode == 0, health
+        assert health.stdout.startswith(f"unix:{socket_path} "), health.stdout

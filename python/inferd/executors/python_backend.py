@@ -5,12 +5,14 @@ model code never holds the server's GIL and its crash does not take the server d
 The core hands an instance the batch's requests, not a gathered batch (the executor answers each
 request: ``RequestAnsweringExecutor``), and the model's ``execute(requests)`` gets them as the list
 it expects; each request is answered with its own response, an error response failing it alone.
-A worker that dies fails the batch it held with INTERNAL naming the model and is restarted at
-once, on a thread of its own; one that dies idle is seen by a watch on its process (a pidfd)
-and restarted the same way. Until the restart completes the instance reports itself unhealthy
-(``health``), which makes the model not ready; a batch that comes meanwhile waits for the
-restart. A restart that fails leaves the instance unhealthy and is tried again by the next
-batch, which fails with INTERNAL if it fails again.
+A worker that dies fails the batch it held with INTERNAL naming the model and is restarted on a
+thread of its own; one that dies idle is seen by a watch on its process (a pidfd) and restarted
+the same way. The first restart is at once; a worker that dies again within ``STABLE_S`` of its
+start (or a restart that fails) waits before the next one, doubling from ``BACKOFF_FIRST_S`` to
+``BACKOFF_MAX_S``, and the log and the instance's health say how many in a row and when the next
+is. Until a restart completes the instance reports itself unhealthy (``health``), which makes
+the model not ready; a batch that comes meanwhile waits for the restart, or fails UNAVAILABLE
+while the restart waits its turn.
 
 A decoupled model's instance is a decoupled executor: the core passes ``respond`` with the batch
 and each streamed response goes to it as the worker sends it; the instance takes its next batch
@@ -23,16 +25,17 @@ import json
 import os
 import select
 import threading
+import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import structlog
 
 from inferd import errors
 from inferd.python_backend import pb_utils
-from inferd.python_backend.bls import ModelCaller
+from inferd.python_backend.bls import ModelCaller, split_chain
 from inferd.python_backend.process import (
     PythonModelProcess,
     PythonRequest,
@@ -45,6 +48,12 @@ log = structlog.get_logger(__name__)
 
 # Told why an instance cannot serve (its worker is restarting), or None once it serves again.
 InstanceHealth = Callable[[str | None], None]
+
+# A worker that dies within this long of its start counts as one more crash in a row.
+STABLE_S: Final = 30.0
+# The wait before the second restart of crashes in a row, doubled for each after it, at most max.
+BACKOFF_FIRST_S: Final = 1.0
+BACKOFF_MAX_S: Final = 60.0
 
 
 def _never() -> bool:
@@ -70,6 +79,7 @@ class PythonBackendExecutor:
         stop_grace_s: float = 10.0,
         model_caller: ModelCaller | None = None,
         health: InstanceHealth | None = None,
+        abandon: threading.Event | None = None,
     ) -> None:
         self._spec = spec
         self._inputs = inputs
@@ -85,14 +95,21 @@ class PythonBackendExecutor:
             for output in json.loads(spec.model_config_json).get("output", [])
         }
         self._process = PythonModelProcess(spec, model_caller)
-        self._process.start(start_timeout_s)
+        # abandon: the load was given up (its worker is killed, errors.Cancelled raised).
+        self._process.start(start_timeout_s, abandon)
         self._lock = threading.Lock()  # held by a batch or a restart, one at a time
         # Guarded by _state: a restart is due (the worker died, or its restart failed); the
-        # executor is closing; which worker the watches are for (one per started worker).
+        # executor is closing; which worker the watches are for (one per started worker); the
+        # crashes in a row, when the worker last started and when the next restart may run.
         self._state = threading.Lock()
         self._needs_restart = False
         self._closing = False
         self._generation = 0
+        self._crashes = 0
+        self._restart_scheduled = False
+        self._started_at = time.monotonic()
+        self._retry_at = 0.0
+        self._closed = threading.Event()  # set with _closing: ends a restart's wait
         self._wake_r, self._wake_w = os.pipe()  # written at close: ends every watch
         # Closed with the executor, not at close(): a watch may still be about to select on it.
         weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
@@ -115,30 +132,38 @@ class PythonBackendExecutor:
         asked for, its parameters as JSON and whether it was cancelled while it runs
         (``request_id()``, ``requested_output_names()``, ``parameters()``, ``is_cancelled()``)."""
         described = details if details is not None else [("", [], "{}", _never)] * len(requests)
-        batch = [
-            PythonRequest(
-                request_id=request_id,
-                inputs={
-                    name: array
-                    for name, array in zip(self._inputs, inputs, strict=True)
-                    if array is not None
-                },
-                requested_output_names=list(requested),
-                parameters=parameters,
-                cancelled=cancelled,
+        batch: list[PythonRequest] = []
+        for inputs, (request_id, requested, parameters, cancelled) in zip(
+            requests, described, strict=True
+        ):
+            chain, parameters = split_chain(parameters)
+            batch.append(
+                PythonRequest(
+                    request_id=request_id,
+                    inputs={
+                        name: array
+                        for name, array in zip(self._inputs, inputs, strict=True)
+                        if array is not None
+                    },
+                    requested_output_names=list(requested),
+                    parameters=parameters,
+                    cancelled=cancelled,
+                    call_chain=chain,
+                )
             )
-            for inputs, (request_id, requested, parameters, cancelled) in zip(
-                requests, described, strict=True
-            )
-        ]
         with self._lock:
-            if not self._restart_if_due_locked():
-                if self._closing:
-                    raise errors.Unavailable(f"{self._spec.describe()} is stopping")
-                raise errors.Internal(f"{self._spec.describe()}: its worker cannot be restarted")
+            self._serving_locked()
             try:
                 responses = self._process.execute(batch, self._streamed_to(respond, batch))
             except WorkerDied as died:
+                with self._state:
+                    closing = self._closing
+                if closing:
+                    # Killed by the stop or an unload past its drain time: the batch's end is
+                    # the model's going away, not a failure of the server.
+                    raise errors.Unavailable(
+                        f"{self._spec.describe()} was stopped while it ran the request: {died}"
+                    ) from died
                 log.error(
                     "python model worker died",
                     model=self._spec.model_name,
@@ -153,25 +178,67 @@ class PythonBackendExecutor:
             for response, request in zip(responses, batch, strict=True)
         ]
 
-    def _restart_soon(self, reason: str) -> None:
-        """The worker died: the instance is unhealthy until a thread of its own restarts it."""
+    def _serving_locked(self) -> None:
+        """Returns once a worker serves (restarted now if it is due); holds ``_lock``. Raises
+        UNAVAILABLE while stopping or while a restart waits its turn, INTERNAL when the restart
+        fails."""
+        if self._restart_if_due_locked():
+            return
         with self._state:
-            if self._closing or self._needs_restart:
-                return
+            closing, wait_s = self._closing, self._retry_at - time.monotonic()
+        if closing:
+            raise errors.Unavailable(f"{self._spec.describe()} is stopping")
+        if wait_s > 0:
+            raise errors.Unavailable(
+                f"{self._spec.describe()} is restarting its worker: next attempt in {wait_s:.1f} s"
+            )
+        raise errors.Internal(f"{self._spec.describe()}: its worker cannot be restarted")
+
+    def _restart_soon(self, reason: str) -> None:
+        """The worker died (or its restart failed): the instance is unhealthy until a thread of
+        its own restarts it, at once or after the back-off of crashes in a row."""
+        now = time.monotonic()
+        with self._state:
+            if self._closing or self._restart_scheduled:
+                return  # the same death, seen by the batch and by the watch
+            self._restart_scheduled = True
             self._needs_restart = True
+            self._crashes = self._crashes + 1 if now - self._started_at < STABLE_S else 1
+            crashes = self._crashes
+            delay = (
+                0.0 if crashes <= 1 else min(BACKOFF_FIRST_S * 2 ** (crashes - 2), BACKOFF_MAX_S)
+            )
+            self._retry_at = now + delay
+        log.warning(
+            "a python model's worker will restart",
+            model=self._spec.model_name,
+            instance=self._spec.instance_name,
+            crashes_in_a_row=crashes,
+            restart_in_s=delay,
+            reason=reason,
+        )
         if self._health is not None:
-            self._health(f"{self._spec.describe()} is restarting its worker ({reason})")
+            self._health(
+                f"{self._spec.describe()} is restarting its worker ({reason}; "
+                f"{crashes} in a row, next attempt in {delay:g} s)"
+            )
         threading.Thread(
-            target=self._restart, name=f"inferd-restart-{self._spec.instance_name}", daemon=True
+            target=self._restart,
+            args=(delay,),
+            name=f"inferd-restart-{self._spec.instance_name}",
+            daemon=True,
         ).start()
 
-    def _restart(self) -> None:
+    def _restart(self, delay_s: float) -> None:
+        if self._closed.wait(delay_s):
+            return  # closed meanwhile
         with self._lock:
             self._restart_if_due_locked()
 
     def _restart_if_due_locked(self) -> bool:
-        """Restarts the worker when it died (also while idle); whether one serves now. Holds
-        ``_lock``. A failed restart leaves the instance unhealthy, saying why."""
+        """Restarts the worker when it died (also while idle) and its back-off has passed;
+        whether one serves now. Holds ``_lock``. A failed restart leaves the instance unhealthy,
+        saying why, and schedules the next one."""
         with self._state:
             if self._closing:
                 return False
@@ -179,6 +246,9 @@ class PythonBackendExecutor:
             if not due:
                 return True
             self._needs_restart = True
+            if time.monotonic() < self._retry_at:
+                return False  # backing off: the restart thread comes back then
+            self._restart_scheduled = False  # from here a failure schedules the next one
             self._generation += 1  # the old worker's watch is stale from here
             generation = self._generation
         log.warning(
@@ -190,10 +260,12 @@ class PythonBackendExecutor:
             self._process.restart()
         except errors.ModelLoadError as failed:  # the server's failure, not the client's
             log.error("a python model's worker failed to restart", reason=str(failed))
-            if self._health is not None:
-                self._health(f"its worker failed to restart: {failed}")
+            with self._state:
+                self._started_at = time.monotonic()  # a failed start is a crash in a row
+            self._restart_soon(f"its worker failed to restart: {failed}")
             return False
         with self._state:
+            self._started_at = time.monotonic()
             if generation != self._generation or self._closing:
                 return True  # closed meanwhile: close() stops this worker
             self._needs_restart = False
@@ -248,7 +320,7 @@ class PythonBackendExecutor:
         model may not compute them): an empty stand-in takes its place, which the answer never
         carries."""
         if response.error is not None:
-            return errors.Internal(response.error)
+            return (errors.Cancelled if response.cancelled else errors.Internal)(response.error)
         outputs: list[np.ndarray] = []
         for name in self._outputs:
             if name in response.outputs:
@@ -279,6 +351,7 @@ class PythonBackendExecutor:
         with INTERNAL, and batches after it fail at once (no restart)."""
         with self._state:
             self._closing = True
+        self._closed.set()
         os.write(self._wake_w, b"x")
         self._process.kill()
 
@@ -286,6 +359,7 @@ class PythonBackendExecutor:
         """Runs the model's ``finalize`` (SIGKILL when the grace passes first)."""
         with self._state:
             self._closing = True
+        self._closed.set()
         os.write(self._wake_w, b"x")  # ends the watches, which would take the exit for a death
         self._process.stop(self._stop_grace_s)
         if self._health is not None:

@@ -6,6 +6,7 @@ worker process per instance for a python-backend model (backend python)."""
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,12 @@ def create_executors(
     engine_cache_dir: Path,
     model_caller: ModelCaller | None = None,
     instance_health: Callable[[], InstanceHealth] | None = None,
+    abandon: threading.Event | None = None,
 ) -> list[Executor]:
     """One executor per placement; on failure, the ones already made are closed.
     ``model_caller`` runs a python model's calls to other models (BLS); ``instance_health``
-    gives each python instance the callback it reports its worker's restarts to."""
+    gives each python instance the callback it reports its worker's restarts to; ``abandon``
+    set (the load given up) stops a python model's initialize, its worker killed."""
     inputs = [t.name for t in config.input]
     outputs = [t.name for t in config.output]
     executors: list[Executor] = []
@@ -76,6 +79,7 @@ def create_executors(
                         outputs,
                         model_caller=model_caller,
                         health=None if instance_health is None else instance_health(),
+                        abandon=abandon,
                     )
                 )
             return executors

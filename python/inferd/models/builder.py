@@ -229,6 +229,7 @@ class ModelVersionBuilder:
             self._engine_cache_dir,
             self.model_caller,
             self._health_callbacks(name),
+            abandon,
         )
         try:
             # Before the version is ready: every instance runs the config's warm-up samples.

@@ -103,8 +103,12 @@ class ModelRegistry:
         limits: LoadLimits | None = None,
         abandon: threading.Event | None = None,
         readiness: ReadinessRules | None = None,
+        drain_timeout_s: float | None = None,
     ) -> None:
         self._repository = repository
+        # How long an unload (or the old versions of a reload) waits for a python model's
+        # running batches before its workers are killed (None: as long as they take).
+        self._drain_timeout_s = drain_timeout_s
         self._readiness = readiness or ReadinessRules()
         # Where ensembles' steps find the composing versions that serve now.
         self._directory = SchedulerDirectory()
@@ -306,7 +310,7 @@ class ModelRegistry:
             self._mark_required(name, _required(built))
             old = self._install(name, built)
             for model in old:
-                await model.scheduler.close()  # drains: its queued requests are still answered
+                await self._drain(model)  # its queued requests are still answered
                 _log_freed(model)
 
     async def _build(self, name: str, override: ModelConfig | None) -> dict[int, LoadedModel]:
@@ -399,7 +403,7 @@ class ModelRegistry:
                 )
             self._changed()  # admits nothing new from here on
             for version, model in versions.items():
-                await model.scheduler.close()
+                await self._drain(model)
                 _log_freed(model)
                 self._statuses[(name, str(version))] = ModelStatus(
                     name, str(version), ModelState.UNAVAILABLE, "unloaded"
@@ -407,6 +411,15 @@ class ModelRegistry:
             self._statuses.pop((name, ""), None)
             log.info("model unloaded", model=name, versions=sorted(versions))
             self._changed()
+
+    async def _drain(self, model: LoadedModel) -> None:
+        """Closes a version that no longer serves: its queued requests are answered; a python
+        model's batch still running after the drain timeout has its worker killed (a hung
+        execute must not hold the unload for good)."""
+        if isinstance(model.scheduler, EnsembleScheduler):
+            await model.scheduler.close()
+        else:
+            await model.scheduler.close(abort_after_s=self._drain_timeout_s)
 
     def _install(self, name: str, built: dict[int, LoadedModel]) -> list[LoadedModel]:
         """Makes ``built`` the served versions of ``name``; returns the versions it replaced.

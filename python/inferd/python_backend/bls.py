@@ -5,6 +5,13 @@ runs it as a ModelInferRequest through the data plane, exactly as a client's req
 the named model (and version, or the highest ready), the core's checks of every tensor, the
 model's scheduler and batcher, batched with the model's other traffic - without gRPC. The
 answer's tensors go back to the worker.
+
+Cycles: each call carries the chain of python models whose calls led to it (the request
+parameter ``CALL_CHAIN_PARAMETER``, a JSON list, which the called model's ``parameters()`` does
+not show). A call to a model already in its chain (A -> B -> A) would wait behind a batch that
+waits on it, so it is refused, naming the chain. A call without a timeout of its own gets
+``DEFAULT_CALL_TIMEOUT_S``; either way it is cancelled once every request of the calling batch
+was cancelled or passed its deadline.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -25,8 +33,14 @@ from inferd.python_backend import ipc
 
 if TYPE_CHECKING:
     from inferd.dataplane import DataPlane
+    from inferd.python_backend.process import PythonRequest
 
 ModelOutputs = dict[str, npt.NDArray[Any]]
+
+# The request parameter carrying a BLS call's chain of calling models (a JSON list of names).
+CALL_CHAIN_PARAMETER: Final = "inferd_bls_chain"
+# A call whose model set no timeout (InferenceRequest(timeout=...), in microseconds) has this.
+DEFAULT_CALL_TIMEOUT_S: Final = 60.0
 
 
 @dataclass
@@ -39,7 +53,34 @@ class ModelCall:
     requested_output_names: list[str] = field(default_factory=list)  # empty: every output
     request_id: str = ""
     parameters: str = "{}"  # a JSON object of bool, int and str values
-    timeout_us: int = 0  # 0: no timeout
+    timeout_us: int = 0  # 0: DEFAULT_CALL_TIMEOUT_S
+    chain: tuple[str, ...] = ()  # the calling models, first caller first, the caller last
+
+
+def call_chain(batch: Sequence[PythonRequest], caller: str) -> tuple[str, ...]:
+    """The chain a call made from ``batch`` by model ``caller`` carries: every model that led to
+    a request of the batch (any of them may wait on this batch), then the caller."""
+    seen = [model for request in batch for model in request.call_chain]
+    return (*dict.fromkeys(seen), caller)
+
+
+def split_chain(parameters: str) -> tuple[tuple[str, ...], str]:
+    """A request's call chain and its parameters without it (the model does not see it). A
+    chain that is not a JSON list of names (a client's own parameter) counts as none."""
+    try:
+        decoded = json.loads(parameters or "{}")
+    except json.JSONDecodeError:
+        return (), parameters
+    if not isinstance(decoded, dict) or CALL_CHAIN_PARAMETER not in decoded:
+        return (), parameters
+    raw = decoded.pop(CALL_CHAIN_PARAMETER)
+    try:
+        names = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        names = []
+    return tuple(names), json.dumps(decoded)
 
 
 class ModelCaller(Protocol):
@@ -75,6 +116,9 @@ def encode_call(call: ModelCall) -> bytes:
         raise errors.InvalidArgument("request parameters must be a JSON object")
     for key, value in parameters.items():
         request.parameters[str(key)].CopyFrom(_parameter(value))
+    if call.chain:
+        chain = json.dumps(list(call.chain))
+        request.parameters[CALL_CHAIN_PARAMETER].CopyFrom(pb.InferParameter(string_param=chain))
     for name, array in call.inputs.items():
         try:
             datatype = ipc.datatype_of(array)
@@ -121,7 +165,7 @@ class DataPlaneModelCaller:
             failed: concurrent.futures.Future[ModelOutputs] = concurrent.futures.Future()
             failed.set_exception(error)
             return failed
-        deadline_s = call.timeout_us / 1e6 if call.timeout_us > 0 else None
+        deadline_s = call.timeout_us / 1e6 if call.timeout_us > 0 else DEFAULT_CALL_TIMEOUT_S
         return asyncio.run_coroutine_threadsafe(self._run(request, deadline_s), self._loop)
 
     async def _run(self, request: Any, deadline_s: float | None) -> ModelOutputs:

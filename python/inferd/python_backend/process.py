@@ -9,6 +9,12 @@ A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call
 ``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
 brings up a fresh one with the same arguments.
 
+A worker never outlives its server: it is started by a thread that lives exactly as long as it
+(the kernel's parent-death signal, which the worker asks for at its start, fires when the
+*thread* that forked it ends, not the process), and in a process group of its own, which every
+kill of the worker kills whole (what the model started goes with it). Its stdout and stderr come
+back through a pipe and are logged as records, a line each, cut at a bound (spawn.py).
+
 While a batch is in flight the worker may also send a decoupled model's streamed responses
 (handed to the caller's ``respond`` as they come), BLS calls (handed to the ``ModelCaller``;
 their answers are sent back from whichever thread completes them, under a send lock) and
@@ -38,14 +44,23 @@ import structlog
 
 from inferd import errors
 from inferd.python_backend import ipc
-from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs
-from inferd.python_backend.model_config import python_of, worker_environment
+from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs, call_chain
+from inferd.python_backend.model_config import python_of
+from inferd.python_backend.spawn import forward_output, kill_group, launch
 
 log = structlog.get_logger(__name__)
 
 # How often a wait on the worker wakes to check that the process still lives (a process the
-# model started may hold the socket open after the worker itself died).
+# model started may hold the socket open after the worker itself died), and whether the
+# requests of the batch were cancelled (or passed their deadline).
 _LIVENESS_POLL_S: Final = 0.2
+# A decoupled request cancelled (or past its deadline) that the model has not ended this long
+# after the server saw it is ended by the server (a model that asks is_cancelled() ends its own).
+CANCELLED_GRACE_S: Final = 1.0
+# A decoupled batch whose every request has ended (cancelled, past its deadline) while the
+# model's execute still runs: how long execute may take to return before the worker is killed
+# (and restarted), since nothing else frees the instance.
+HUNG_EXECUTE_GRACE_S: Final = 5.0
 _LOG_LEVELS: Final = {
     "VERBOSE": logging.DEBUG,
     "INFO": logging.INFO,
@@ -113,9 +128,11 @@ class PythonRequest:
     correlation_id: int | str = 0
     flags: int = 0
     timeout_us: int = 0
-    # Whether the request was cancelled while it runs (its client went away): the model asks
-    # through request.is_cancelled().
+    # Whether the request was cancelled while it runs (its client went away, or its deadline
+    # passed): the model asks through request.is_cancelled().
     cancelled: Callable[[], bool] | None = None
+    # The python models whose BLS calls led to this request, first caller first (bls.py).
+    call_chain: tuple[str, ...] = ()
 
 
 @dataclass
@@ -124,6 +141,9 @@ class PythonResponse:
 
     outputs: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     error: str | None = None
+    cancelled: bool = (
+        False  # the error is the request's cancellation (or deadline), not the model's
+    )
 
 
 def _exit_description(returncode: int) -> str:
@@ -137,6 +157,11 @@ def _exit_description(returncode: int) -> str:
 
 # A decoupled request's streamed response, as the worker sent it: request index, response.
 Respond = Callable[[int, PythonResponse], None]
+
+
+def _ended(request: PythonRequest) -> bool:
+    """Whether the request was cancelled or passed its deadline (the core's flag)."""
+    return request.cancelled is not None and bool(request.cancelled())
 
 
 class PythonModelProcess:
@@ -159,6 +184,10 @@ class PythonModelProcess:
         self._outputs: ipc.ArenaReader | None = None
         self._start_timeout_s = 60.0
         self._batch: list[PythonRequest] = []  # the batch in flight, for is_cancelled queries
+        self._batch_id = 0  # the batch in flight's number: the worker's messages name theirs
+        # BLS calls in flight (cancelled once their batch's every request ended), under its lock.
+        self._calls_lock = threading.Lock()
+        self._calls: set[concurrent.futures.Future[ModelOutputs]] = set()
 
     @property
     def pid(self) -> int | None:
@@ -199,30 +228,32 @@ class PythonModelProcess:
             str(spec.model_file),
             "--fd",
             str(fd),
+            "--parent-pid",  # the worker dies with this process (PR_SET_PDEATHSIG)
+            str(os.getpid()),
         ]
 
-    def start(self, timeout_s: float = 60.0) -> None:
+    def start(self, timeout_s: float = 60.0, abandon: threading.Event | None = None) -> None:
         """Spawns the worker and returns once the model's ``initialize`` has finished.
 
         Raises ``WorkerStartFailed`` with the model's message when initialize raises, when the
-        worker exits first, or when initialize takes longer than ``timeout_s``.
+        worker exits first, or when initialize takes longer than ``timeout_s``; and
+        ``errors.Cancelled`` once ``abandon`` is set (the load was given up). The worker is
+        killed whenever this raises.
         """
         with self._lock:
             self._start_timeout_s = timeout_s
-            self._start_locked(timeout_s)
+            self._start_locked(timeout_s, abandon)
 
-    def _start_locked(self, timeout_s: float) -> None:
+    def _start_locked(self, timeout_s: float, abandon: threading.Event | None = None) -> None:
         if self._process is not None:
             raise errors.FailedPrecondition(f"{self._spec.describe()} is already started")
         python = self._python()
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = worker_environment()
         try:
-            self._process = subprocess.Popen(
+            self._process = launch(
                 self._command(python, child_end.fileno()),
-                pass_fds=(child_end.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=env,
+                (child_end.fileno(),),
+                self._spec.instance_name,
             )
         except OSError as error:
             parent_end.close()
@@ -230,12 +261,19 @@ class PythonModelProcess:
             raise WorkerStartFailed(reason) from error
         finally:
             child_end.close()
+        assert self._process.stderr is not None
+        threading.Thread(
+            target=forward_output,
+            args=(self._process.stderr, self._identity()),
+            name=f"inferd-output-{self._spec.instance_name}",
+            daemon=True,
+        ).start()
         self._channel = ipc.Channel(parent_end)
         self._inputs = ipc.ArenaWriter(f"inferd-inputs-{self._spec.instance_name}")
         self._outputs = ipc.ArenaReader()
         try:
             self._send({"type": "initialize", "args": self._spec.initialize_args()})
-            message = self._receive(time.monotonic() + timeout_s)
+            message = self._receive(time.monotonic() + timeout_s, abandon)
         except WorkerDied as died:
             self._discard()
             raise WorkerStartFailed(f"{died} before initialize finished") from died
@@ -247,6 +285,9 @@ class PythonModelProcess:
             raise WorkerStartFailed(
                 f"{self._spec.describe()}: initialize did not finish within {timeout_s:g} s"
             ) from None
+        except errors.Cancelled:
+            self._kill_and_discard()
+            raise
         if message.get("type") == "initialize_failed":
             self._kill_and_discard()
             raise WorkerStartFailed(
@@ -290,7 +331,8 @@ class PythonModelProcess:
                     }
                 )
                 position += count
-            message: ipc.Message = {"type": "execute", "requests": wire}
+            self._batch_id += 1
+            message: ipc.Message = {"type": "execute", "batch": self._batch_id, "requests": wire}
             self._channel.socket.settimeout(None)  # _receive's liveness polls are for reads only
             try:
                 if replaced is None:
@@ -315,12 +357,30 @@ class PythonModelProcess:
         self, count: int, respond: Respond | None
     ) -> list[PythonResponse | None]:
         """A decoupled batch's streamed responses, handed to ``respond`` as they come, until
-        execute has returned and every request has had its final flag. Returns each request's
-        final answer: a response, or None for the final flag alone."""
+        execute has returned and every request has had its final flag, or was ended (cancelled,
+        past its deadline; its sender is closed in the worker). Returns each request's final
+        answer: a response, or None for the final flag alone. An execute that does not return
+        within ``HUNG_EXECUTE_GRACE_S`` of its last request ending has its worker killed."""
         finals: dict[int, PythonResponse | None] = {}
+        cancelled_at: dict[int, float] = {}
         executed = False
+        all_ended_at: float | None = None
+        check_at = time.monotonic()
         while not executed or len(finals) < count:
-            message, fds = self._receive_message(None)
+            now = time.monotonic()
+            if now >= check_at:
+                check_at = now + _LIVENESS_POLL_S
+                self._end_cancelled(finals, cancelled_at, now)
+                self._cancel_abandoned_calls()
+                if len(finals) == count:
+                    all_ended_at = now if all_ended_at is None else all_ended_at
+                    if now - all_ended_at >= HUNG_EXECUTE_GRACE_S:
+                        self._kill_hung_execute()
+                        break
+            try:
+                message, fds = self._receive_message(check_at)
+            except TimeoutError:
+                continue
             kind = message.get("type")
             if kind == "result":
                 for fd in fds:
@@ -337,14 +397,55 @@ class PythonModelProcess:
                     os.close(fd)
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
             response = self._streamed(message, fds)
-            if index in finals:
-                continue  # the request already ended (execute failed first): nothing follows
+            if index in finals or message.get("batch", self._batch_id) != self._batch_id:
+                continue  # its request already ended (or its batch did): nothing follows
             if message.get("final"):
                 has_response = "outputs" in message or "error" in message
                 finals[index] = response if has_response else None
             elif respond is not None:
                 respond(index, response)
         return [finals[index] for index in range(count)]
+
+    def _end_cancelled(
+        self, finals: dict[int, PythonResponse | None], cancelled_at: dict[int, float], now: float
+    ) -> None:
+        """Ends each open request of the batch that was cancelled or passed its deadline at
+        least ``CANCELLED_GRACE_S`` ago: its answer says so, and the worker closes its sender
+        (later sends are dropped)."""
+        for index, request in enumerate(self._batch):
+            if index in finals or not _ended(request):
+                continue
+            if now - cancelled_at.setdefault(index, now) < CANCELLED_GRACE_S:
+                continue
+            finals[index] = PythonResponse(
+                error=f"the request was cancelled, or its deadline passed, before "
+                f"{self._spec.describe()} sent its final response",
+                cancelled=True,
+            )
+            with contextlib.suppress(OSError):  # the worker is gone: the batch ends with it
+                self._send({"type": "close", "batch": self._batch_id, "index": index})
+
+    def _kill_hung_execute(self) -> None:
+        """Every request of the batch ended long ago and execute still runs: nothing else can
+        free the instance. The worker is killed; the next batch (or the executor's watch)
+        starts a fresh one."""
+        log.warning(
+            "execute did not return after every request of its batch ended: worker killed",
+            grace_s=HUNG_EXECUTE_GRACE_S,
+            **self._identity(),
+        )
+        self._kill_and_discard()
+
+    def _cancel_abandoned_calls(self) -> None:
+        """Cancels the batch's BLS calls in flight once every request of the batch was cancelled
+        or passed its deadline: the calls carry the callers' end, so a stuck call (a hung or
+        cyclic model) cannot hold this instance for good."""
+        if not self._batch or not all(_ended(r) for r in self._batch):
+            return
+        with self._calls_lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
 
     def _streamed(self, message: ipc.Message, fds: list[int]) -> PythonResponse:
         """A ``response`` message's response, its tensors copied out of their arena."""
@@ -365,21 +466,28 @@ class PythonModelProcess:
             outputs[ref.name] = np.array(self._outputs.view(ref), copy=True)
         return PythonResponse(outputs=outputs)
 
-    def _receive(self, deadline: float | None) -> ipc.Message:
+    def _receive(
+        self, deadline: float | None, abandon: threading.Event | None = None
+    ) -> ipc.Message:
         """The worker's next message of the batch protocol (a new output arena adopted).
 
-        Raises ``WorkerDied`` when the worker ends first and ``TimeoutError`` at ``deadline``.
+        Raises ``WorkerDied`` when the worker ends first, ``TimeoutError`` at ``deadline`` and
+        ``errors.Cancelled`` once ``abandon`` is set.
         """
-        message, fds = self._receive_message(deadline)
+        message, fds = self._receive_message(deadline, abandon)
         assert self._outputs is not None
         self._outputs.adopt(message, fds)
         return message
 
-    def _receive_message(self, deadline: float | None) -> tuple[ipc.Message, list[int]]:
+    def _receive_message(
+        self, deadline: float | None, abandon: threading.Event | None = None
+    ) -> tuple[ipc.Message, list[int]]:
         """The worker's next message other than a log line (logged here) or a BLS call (handed
-        to the model caller), with its descriptors.
+        to the model caller), with its descriptors. While the worker is silent, the batch's BLS
+        calls are cancelled once its every request ended.
 
-        Raises ``WorkerDied`` when the worker ends first and ``TimeoutError`` at ``deadline``.
+        Raises ``WorkerDied`` when the worker ends first, ``TimeoutError`` at ``deadline`` and
+        ``errors.Cancelled`` once ``abandon`` is set.
         """
         assert self._channel is not None
         while True:
@@ -394,6 +502,10 @@ class PythonModelProcess:
                     raise self._died() from None
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
+                if abandon is not None and abandon.is_set():
+                    reason = f"{self._spec.describe()}: the load was abandoned"
+                    raise errors.Cancelled(reason) from None
+                self._cancel_abandoned_calls()
                 continue
             except (ipc.ChannelClosed, ConnectionError):
                 raise self._died() from None
@@ -413,11 +525,11 @@ class PythonModelProcess:
             return message, fds
 
     def _answer_cancelled(self, message: ipc.Message) -> None:
-        """Whether request ``index`` of the batch in flight was cancelled. The worker asks only
-        while the request is open (before its final response), so the batch is this one."""
+        """Whether request ``index`` of the batch in flight was cancelled; a request of a batch
+        that is over for the server (the question crossed its close) was."""
         index = message.get("index")
-        cancelled = False
-        if isinstance(index, int) and 0 <= index < len(self._batch):
+        cancelled = message.get("batch", self._batch_id) != self._batch_id
+        if not cancelled and isinstance(index, int) and 0 <= index < len(self._batch):
             check = self._batch[index].cancelled
             cancelled = check is not None and bool(check())
         with contextlib.suppress(OSError):  # the worker is gone: the batch fails with it
@@ -448,13 +560,35 @@ class PythonModelProcess:
             reason = "model-to-model calls are not available in this server"
             self._answer_call(channel, call_id, errors.Unavailable(reason))
             return
+        chain = call_chain(self._batch, self._spec.model_name)
         if call.model == self._spec.model_name:
             # Its batch would wait behind the one making the call: a deadlock.
             reason = f"python model {call.model!r} cannot call itself"
             self._answer_call(channel, call_id, errors.InvalidArgument(reason))
             return
+        if call.model in chain:
+            # Its batch would wait behind a model that waits on this one: a deadlock.
+            reason = (
+                f"python model {self._spec.model_name!r} cannot call {call.model!r}: the call "
+                f"would close a cycle of model-to-model calls ({' -> '.join((*chain, call.model))})"
+            )
+            self._answer_call(channel, call_id, errors.InvalidArgument(reason))
+            return
+        call.chain = chain
         future = self._caller.submit(call)
-        future.add_done_callback(lambda done: self._answer_call(channel, call_id, done))
+        with self._calls_lock:
+            self._calls.add(future)
+        future.add_done_callback(lambda done: self._call_done(channel, call_id, done))
+
+    def _call_done(
+        self,
+        channel: ipc.Channel | None,
+        call_id: object,
+        done: concurrent.futures.Future[ModelOutputs],
+    ) -> None:
+        with self._calls_lock:
+            self._calls.discard(done)
+        self._answer_call(channel, call_id, done)
 
     def _answer_call(
         self,
@@ -468,6 +602,11 @@ class PythonModelProcess:
         try:
             if isinstance(outcome, errors.InferdError):
                 raise outcome
+            if outcome.cancelled():
+                raise errors.Cancelled(
+                    "model-to-model call cancelled: every request of the calling batch was "
+                    "cancelled or passed its deadline"
+                )
             placed = ipc.TensorMessage(name, answer, "outputs", list(outcome.result().items()))
         except errors.InferdError as error:
             failed = {**answer, "error": str(error), "code": error.code.name}
@@ -508,6 +647,7 @@ class PythonModelProcess:
         """Reaps the ended worker and describes how it ended."""
         assert self._process is not None
         pid = self._process.pid
+        kill_group(pid)  # before it is reaped: what the model started goes with it
         try:
             returncode = self._process.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -545,12 +685,11 @@ class PythonModelProcess:
         self._kill_and_discard()
 
     def kill(self) -> None:
-        """SIGKILL for the worker, from any thread (a batch waiting on it then fails with
-        ``WorkerDied``); its handle is discarded by whoever holds the lock next."""
+        """SIGKILL for the worker and its process group, from any thread (a batch waiting on it
+        then fails with ``WorkerDied``); its handle is discarded by whoever holds the lock next."""
         process = self._process
-        if process is not None:
-            with contextlib.suppress(OSError):
-                process.kill()
+        if process is not None and process.returncode is None:
+            kill_group(process.pid)
 
     def restart(self) -> None:
         """Replaces the worker (killed if still running) by a fresh one, initialized again."""
@@ -559,8 +698,8 @@ class PythonModelProcess:
             self._start_locked(self._start_timeout_s)
 
     def _kill_and_discard(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
+        if self._process is not None and self._process.returncode is None:
+            kill_group(self._process.pid)  # not yet reaped: its pid still names its group
             self._process.wait()
         self._discard()
 

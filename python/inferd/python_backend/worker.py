@@ -31,8 +31,13 @@ their answers while the main thread is inside model code.
 
 Logs: ``pb_utils.Logger`` records go to the parent as structured ``log`` messages (the parent
 logs them with the model, version and instance); ``print`` and anything else written to stdout or
-stderr goes to the server's stderr (the worker's stdout is pointed at its stderr, which it
-inherits), so stdout never mixes with the parent's own output.
+stderr goes to a pipe the parent reads (the worker's stdout is pointed at its stderr), logged
+there a record a line, with the model, version and instance, each cut at a bound.
+
+Lifetime: with ``--parent-pid`` (the server always passes it) the worker asks the kernel for
+SIGKILL when its server ends, first thing, and exits at once if that already happened. A
+decoupled request the server ended (cancelled, past its deadline: ``close``) drops what the
+model sends for it from then on.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import functools
 import importlib.util
 import inspect
@@ -77,6 +83,9 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--version", type=int, help="the model version")
     parser.add_argument("--instance", help="the instance's name, e.g. add_sub_0")
     parser.add_argument("--fd", type=int, help="the control socket's descriptor")
+    parser.add_argument(
+        "--parent-pid", type=int, help="the server's pid: the worker dies with it (SIGKILL)"
+    )
     options = parser.parse_args(argv)
     if not options.auto_complete_config and None in (options.version, options.instance, options.fd):
         parser.error("--version, --instance and --fd are required to serve an instance")
@@ -162,8 +171,9 @@ class _BatchCancellation:
     goes out, under the lock its questions are sent under; a closed request answers with what was
     last heard. Once cancelled, a request stays cancelled. Thread-safe."""
 
-    def __init__(self, worker: ModelWorker, count: int) -> None:
+    def __init__(self, worker: ModelWorker, batch: int, count: int) -> None:
         self._worker = worker
+        self.batch = batch  # the server's number for the batch: its messages carry it
         self._lock = threading.Lock()
         self._open = [True] * count
         self._cancelled = [False] * count
@@ -176,8 +186,18 @@ class _BatchCancellation:
                 call_id, answer = self._worker.calls.open()
             except pb_utils.TritonModelException:  # the server is gone
                 return False
-            self._worker.send({"type": "is_cancelled", "id": call_id, "index": index})
-        reply, fds = answer.get()
+            message = {"type": "is_cancelled", "id": call_id, "batch": self.batch, "index": index}
+            self._worker.send(message)
+        while True:
+            try:
+                reply, fds = answer.get(timeout=0.1)
+                break
+            except queue.Empty:
+                # The server ended the request meanwhile (``cancel``): the question may wait
+                # for its next batch, the answer is known.
+                with self._lock:
+                    if self._cancelled[index]:
+                        return True
         for fd in fds:
             os.close(fd)
         cancelled = bool(reply.get("cancelled", False))
@@ -185,6 +205,12 @@ class _BatchCancellation:
             with self._lock:
                 self._cancelled[index] = True
         return cancelled
+
+    def cancel(self, index: int) -> None:
+        """The server ended request ``index`` (cancelled, or past its deadline)."""
+        with self._lock:
+            self._cancelled[index] = True
+            self._open[index] = False
 
     @contextlib.contextmanager
     def closing(self, indices: Sequence[int]) -> Iterator[None]:
@@ -197,7 +223,9 @@ class _BatchCancellation:
 
 class _ResponseSender:
     """A decoupled request's ``InferenceResponseSender``: each ``send`` goes to the parent at
-    once; nothing may follow the final flag. Thread-safe (model code may send from threads)."""
+    once; nothing may follow the final flag. Once the server ended the request (cancelled, past
+    its deadline: ``end``), sends are dropped and ``is_cancelled()`` is true. Thread-safe (model
+    code may send from threads)."""
 
     def __init__(
         self,
@@ -212,6 +240,7 @@ class _ResponseSender:
         self._cancellation = cancellation
         self._lock = threading.Lock()
         self._final = False
+        self._ended = False  # by the server: later sends are dropped, not refused
 
     def send(self, response: pb_utils.InferenceResponse | None = None, flags: int = 0) -> None:
         final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -224,15 +253,21 @@ class _ResponseSender:
                 "send needs a response, or flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL"
             )
         with self._lock:
+            if self._ended:
+                return
             if self._final:
                 raise pb_utils.TritonModelException(
                     "this request's final flag was already sent: nothing can follow it"
                 )
             if not final:
-                self._worker.send_response(self._index, response, final, self._requested)
+                self._worker.send_response(
+                    self._cancellation.batch, self._index, response, final, self._requested
+                )
                 return
             with self._cancellation.closing([self._index]):
-                self._worker.send_response(self._index, response, final, self._requested)
+                self._worker.send_response(
+                    self._cancellation.batch, self._index, response, final, self._requested
+                )
             self._final = True
 
     def is_cancelled(self) -> bool:
@@ -244,6 +279,18 @@ class _ResponseSender:
             was_open = not self._final
             self._final = True
             return was_open
+
+    def end(self) -> None:
+        """The server ended the request: what the model sends from now on is dropped."""
+        with self._lock:
+            self._ended = True
+            self._final = True
+        self._cancellation.cancel(self._index)
+
+    @property
+    def open(self) -> bool:
+        with self._lock:
+            return not self._final
 
 
 class ModelWorker:
@@ -261,6 +308,10 @@ class ModelWorker:
         # Messages for the main thread (execute, stop); None once the channel closed.
         self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] = queue.Queue()
         self.calls = _PendingCalls()
+        # A decoupled model's batches with a request still open, by the server's number: the
+        # server may end one of their requests (``close``). Under _batches_lock.
+        self._batches_lock = threading.Lock()
+        self._open_batches: dict[int, list[_ResponseSender]] = {}
 
     def send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
         with self._send_lock:
@@ -298,6 +349,8 @@ class ModelWorker:
                 message, fds = self._channel.receive()
                 if message.get("type") in ("bls_result", "cancelled"):
                     self.calls.answer(message, fds)
+                elif message.get("type") == "close":
+                    self._end_request(message)
                 else:
                     self._inbox.put((message, fds))
         except (ipc.ChannelClosed, OSError, ValueError):
@@ -307,6 +360,16 @@ class ModelWorker:
         # code holds it; then the process ends here, so that no worker outlives its server.
         time.sleep(_ORPHAN_GRACE_S)
         os._exit(1)
+
+    def _end_request(self, message: ipc.Message) -> None:
+        """The server ended a decoupled request (cancelled, past its deadline): its sender drops
+        what the model sends from now on, and is_cancelled() says so."""
+        with self._batches_lock:
+            senders = self._open_batches.get(int(message.get("batch", 0)), [])
+            index = int(message.get("index", -1))
+            sender = senders[index] if 0 <= index < len(senders) else None
+        if sender is not None:
+            sender.end()
 
     def _serve_batches(self) -> None:
         """Executes batches until the server says stop."""
@@ -321,7 +384,7 @@ class ModelWorker:
             if kind != "execute":
                 raise ValueError(f"unknown control message {kind!r}")
             self._inputs.adopt(message, fds)
-            self._execute(list(message["requests"]))
+            self._execute(int(message.get("batch", 0)), list(message["requests"]))
 
     def _initialize(self, args: dict[str, str]) -> bool:
         sys.modules["triton_python_backend_utils"] = pb_utils
@@ -354,9 +417,9 @@ class ModelWorker:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(_resolve(result))
 
-    def _execute(self, wire_requests: list[ipc.Message]) -> None:
+    def _execute(self, batch: int, wire_requests: list[ipc.Message]) -> None:
         requests = [self._request(r) for r in wire_requests]
-        cancellation = _BatchCancellation(self, len(requests))
+        cancellation = _BatchCancellation(self, batch, len(requests))
         for index, request in enumerate(requests):
             request._attach_cancellation(functools.partial(cancellation.ask, index))
         if self._decoupled:
@@ -389,6 +452,14 @@ class ModelWorker:
         ]
         for request, sender in zip(requests, senders, strict=True):
             request._attach_response_sender(sender)
+        with self._batches_lock:
+            # Batches whose every request had its final flag are over: forgotten.
+            self._open_batches = {
+                number: old
+                for number, old in self._open_batches.items()
+                if any(s.open for s in old)
+            }
+            self._open_batches[cancellation.batch] = senders
         try:
             returned = self._await(self._model.execute(requests))
             if returned is not None:
@@ -407,13 +478,14 @@ class ModelWorker:
 
     def send_response(
         self,
+        batch: int,
         index: int,
         response: pb_utils.InferenceResponse | None,
         final: bool,
         requested: list[str],
     ) -> None:
         """One response of a decoupled request (None: the final flag alone) to the parent."""
-        message: ipc.Message = {"type": "response", "index": index, "final": final}
+        message: ipc.Message = {"type": "response", "batch": batch, "index": index, "final": final}
         if response is None:
             self.send(message)
             return
@@ -597,8 +669,24 @@ def _auto_complete_config(options: argparse.Namespace, result_fd: int) -> int:
     return 0
 
 
+# prctl(2)'s option: the signal this process gets when its parent (thread) ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL when the server ends, however it ends (its SIGKILL included); and an exit now if
+    it already has (the signal is only for deaths after the call)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parse_args(sys.argv[1:] if argv is None else argv)
+    if options.parent_pid is not None:
+        _die_with_parent(options.parent_pid)
     # The server stops its workers itself; a terminal's Ctrl-C reaches the whole process group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     result_fd = os.dup(1)
