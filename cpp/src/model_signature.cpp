@@ -107,6 +107,28 @@ Status non_negative(const ParsedInferRequest& parsed, const char* key, uint64_t*
   return Status::Ok();
 }
 
+// Triton's sequence parameters asking for a sequence (a non-zero or non-empty sequence_id, a true
+// sequence_start or sequence_end) are refused, naming the first: no model here keeps state
+// between requests yet, and serving them one by one would answer a stateful client wrongly
+// without a word. sequence_id 0 (or "") and false flags are what a stateless client may send.
+Status refuse_sequence(const ParsedInferRequest& parsed) {
+  for (const char* key : {"sequence_id", "sequence_start", "sequence_end"}) {
+    const WireParameter* p = find_parameter(parsed.parameters, key);
+    if (p == nullptr) continue;
+    const bool asks = (p->kind == WireParameter::Kind::kBool && p->bool_value) ||
+                      (p->kind == WireParameter::Kind::kInt64 && p->int64_value != 0) ||
+                      (p->kind == WireParameter::Kind::kUint64 && p->uint64_value != 0) ||
+                      (p->kind == WireParameter::Kind::kString && !p->string_value.empty()) ||
+                      (p->kind == WireParameter::Kind::kDouble && p->double_value != 0);
+    if (asks) {
+      return invalid(std::string("request parameter '") + key +
+                     "': sequences are not supported yet (no sequence batching); the request would be served "
+                     "without its sequence's state");
+    }
+  }
+  return Status::Ok();
+}
+
 // Which InferTensorContents field carries each datatype; 0 for none (FP16, BF16: raw only).
 uint32_t contents_field(DataType dtype) {
   switch (dtype) {
@@ -689,6 +711,7 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
   uint64_t priority = 0, timeout = 0;
   Status status = non_negative(parsed, "priority", &priority);
   if (status.ok()) status = non_negative(parsed, "timeout", &timeout);
+  if (status.ok()) status = refuse_sequence(parsed);
   if (!status.ok()) return status;
   // Past 2^32 - 1 no model has the level; the batcher answers INVALID_ARGUMENT for it.
   out->priority = static_cast<uint32_t>(std::min<uint64_t>(priority, UINT32_MAX));

@@ -475,6 +475,31 @@ TEST(InferRequestParser, BatchSizeMismatchIsRefused) {
   EXPECT_EQ(ok->request.requested_outputs, std::vector<uint32_t>{1});
 }
 
+// Issue 25, item 9: a request that asks for a sequence is refused, naming the parameter, until
+// sequence batching exists; what a stateless client sends (id 0 or "", false flags) is served.
+TEST(InferRequestParser, ARequestAskingForASequenceIsRefusedNamingTheParameter) {
+  const auto model = batching_model();
+  const std::string two = ld(2, varint(1) + varint(2) + varint(3) + varint(4));
+  const std::string inputs =
+      ld(5, input("A", "INT32", {2, 2}, ld(5, two))) + ld(5, input("B", "INT32", {2, 2}, ld(5, two)));
+  const std::vector<std::pair<std::string, std::string>> asking = {
+      {"sequence_id", parameter(4, "sequence_id", vfield(2, 42))},
+      {"sequence_id", parameter(4, "sequence_id", vfield(5, 7))},
+      {"sequence_id", parameter(4, "sequence_id", ld(3, "session-a"))},
+      {"sequence_start", parameter(4, "sequence_start", vfield(1, 1))},
+      {"sequence_end", parameter(4, "sequence_end", vfield(1, 1))},
+  };
+  for (const auto& [name, parameters] : asking) {
+    auto refused = build(model, inputs + parameters);
+    EXPECT_EQ(refused->status.code, StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(refused->status.message.find("request parameter '" + name + "': sequences are not supported yet"), 0u)
+        << refused->status.message;
+  }
+  auto stateless = build(model, inputs + parameter(4, "sequence_id", vfield(2, 0)) +
+                                    parameter(4, "sequence_start", vfield(1, 0)) + parameter(4, "sequence_end", ""));
+  EXPECT_TRUE(stateless->status.ok()) << stateless->status.message;
+}
+
 // Issue 17: a python model's requests keep their own parameters, as JSON (request.parameters());
 // those the server reads itself are left out, and other models' requests keep none.
 TEST(InferRequestParser, RequestsOfAModelThatKeepsParametersCarryThemAsJson) {

@@ -317,3 +317,38 @@ def test_statistics_of_unknown_model(
     assert excinfo.value.status() == "StatusCode.NOT_FOUND"
     assert "no_such_model" in excinfo.value.message()
     assert_serving(client)
+
+
+@pytest.mark.parametrize(
+    ("sequence", "named"),
+    [
+        ({"sequence_id": 7, "sequence_start": True}, "sequence_id"),
+        ({"sequence_id": "session-a"}, "sequence_id"),
+    ],
+)
+def test_a_request_of_a_sequence_is_refused_until_sequences_exist(
+    client: grpcclient.InferenceServerClient,
+    rng: np.random.Generator,
+    assert_serving: Serving,
+    sequence: dict[str, object],
+    named: str,
+) -> None:
+    """Issue 25, item 9: served one by one, a stateful client's requests would be answered
+    without their sequence's state and without a word; the parameter is named instead."""
+    with pytest.raises(InferenceServerException) as excinfo:
+        client.infer("simple", _pair(rng, *GOOD), **sequence)  # type: ignore[arg-type]
+    error = excinfo.value
+    assert error.status() == "StatusCode.INVALID_ARGUMENT", error
+    assert f"request parameter '{named}': sequences are not supported yet" in error.message()
+    # Over a stream too, and the stream goes on.
+    answers: list[tuple[object, object]] = []
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    try:
+        client.async_stream_infer("simple", _pair(rng, *GOOD), sequence_end=True, sequence_id=9)
+        client.async_stream_infer("simple", _pair(rng, *GOOD))
+    finally:
+        client.stop_stream()
+    assert len(answers) == 2
+    failed = [err for _, err in answers if err is not None]
+    assert len(failed) == 1 and "sequences are not supported yet" in str(failed[0]), answers
+    assert_serving(client)
