@@ -91,6 +91,11 @@ OUT_OF_RANGE = {
         simple_override(dynamic_batching={"max_queue_delay_microseconds": str(2**64 - 1)}),
         f"dynamic_batching.max_queue_delay_microseconds {2**64 - 1} is outside 0..86400000000",
     ),
+    # Not a C++ integer, but 2^31-1 placements were listed (16 GB) before the limit was checked.
+    "instances": (
+        simple_override(instance_group=[{"kind": "KIND_CPU", "count": 2**31 - 1}]),
+        f"ask for {2**31 - 1} instances, more than the server's limit of 16 (--max-instance-count)",
+    ),
     "threads": (
         simple_override(parameters={"intra_op_thread_count": {"string_value": str(2**40)}}),
         f"parameter 'intra_op_thread_count' {2**40} is outside 0..1024",

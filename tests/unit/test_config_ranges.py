@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from inferd._proto.model_config_pb2 import ModelConfig
+from inferd._proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from inferd.batching.core import _core_options
 from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import OnnxRuntimeOptions
-from inferd.repository import batching_policy
+from inferd.repository import batching_policy, instance_placements
 from inferd.repository.ranges import MAX_PRIORITY_LEVELS, MAX_QUEUE_DELAY_US, MAX_THREAD_COUNT
 
 DEFAULTS = OnnxRuntimeOptions(intra_op_thread_count=1, inter_op_thread_count=1)
@@ -76,3 +76,15 @@ def test_thread_counts_past_the_range_are_refused(value: int) -> None:
     assert f"parameter 'intra_op_thread_count' {value} is outside 0..1024" in str(refused.value)
     allowed = {"inter_op_thread_count": str(MAX_THREAD_COUNT)}
     assert OnnxRuntimeOptions.from_parameters(allowed, DEFAULTS).inter_op_thread_count == 1024
+
+
+def test_an_instance_count_past_the_limit_is_refused_before_any_placement_is_made() -> None:
+    config = ModelConfig(name="m")
+    group = config.instance_group.add(kind=ModelInstanceGroup.KIND_CPU)
+    group.count = 2**31 - 1  # 16 GB of placements, were they listed first
+    with pytest.raises(ModelLoadError) as refused:
+        instance_placements(config, 0, "no CUDA", max_instances=16)
+    assert f"ask for {2**31 - 1} instances" in str(refused.value)
+    assert "limit of 16 (--max-instance-count)" in str(refused.value)
+    group.count = 16
+    assert len(instance_placements(config, 0, "no CUDA", max_instances=16)) == 16

@@ -209,14 +209,13 @@ class ModelVersionBuilder:
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
-        placements = instance_placements(config, cuda_device_count(), cuda_runtime_description())
+        placements = instance_placements(
+            config,
+            cuda_device_count(),
+            cuda_runtime_description(),
+            max_instances=self._limits.max_instance_count,
+        )
         accelerator = gpu_accelerator(config)
-        limit = self._limits.max_instance_count
-        if limit is not None and len(placements) > limit:
-            raise ModelLoadError(
-                f"model {name!r}: its instance groups ask for {len(placements)} instances, more "
-                f"than the server's limit of {limit} (--max-instance-count)"
-            )
         warmup = self._limits.warmup
         samples = warmup_samples(config, model_file.parent.parent, warmup)  # checked before
         executors = create_executors(

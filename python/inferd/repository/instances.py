@@ -55,11 +55,25 @@ _ACCELERATOR_PARAMETERS = {
 
 
 def instance_placements(
-    config: model_config_pb2.ModelConfig, gpu_count: int, cuda_description: str
+    config: model_config_pb2.ModelConfig,
+    gpu_count: int,
+    cuda_description: str,
+    max_instances: int | None = None,
 ) -> list[InstancePlacement]:
     """Every instance the config's groups ask for: ``count`` on the CPU for KIND_CPU, ``count``
     on each listed GPU (default: every visible one) for KIND_GPU. A GPU the process cannot see
-    fails the load, naming the group and what the CUDA runtime reported."""
+    fails the load, naming the group and what the CUDA runtime reported; more than
+    ``max_instances`` in all fails it naming --max-instance-count, counted before any placement
+    is made (a count of 2^31-1 would be 16 GB of them)."""
+    asked = sum(
+        max(1, int(g.count)) * ((len(g.gpus) or gpu_count) if g.kind == _Group.KIND_GPU else 1)
+        for g in config.instance_group
+    )
+    if max_instances is not None and asked > max_instances:
+        raise ModelLoadError(
+            f"model {config.name!r}: its instance groups ask for {asked} instances, more than "
+            f"the server's limit of {max_instances} (--max-instance-count)"
+        )
     placements: list[InstancePlacement] = []
     for index, group in enumerate(config.instance_group):
         label = group.name or f"{config.name}_{index}"
