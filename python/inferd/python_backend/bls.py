@@ -67,8 +67,10 @@ def call_chain(batch: Sequence[PythonRequest], caller: str) -> tuple[str, ...]:
 def split_chain(parameters: str) -> tuple[tuple[str, ...], str]:
     """A request's call chain and its parameters without it (the model does not see it). A
     chain that is not a JSON list of names (a client's own parameter) counts as none."""
+    if CALL_CHAIN_PARAMETER not in parameters:  # a client's request: no JSON to read
+        return (), parameters
     try:
-        decoded = json.loads(parameters or "{}")
+        decoded = json.loads(parameters)
     except json.JSONDecodeError:
         return (), parameters
     if not isinstance(decoded, dict) or CALL_CHAIN_PARAMETER not in decoded:

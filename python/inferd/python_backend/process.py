@@ -16,14 +16,13 @@ kill of the worker kills whole (what the model started goes with it). Its stdout
 back through a pipe and are logged as records, a line each, cut at a bound (spawn.py).
 
 While a batch is in flight the worker may also send a decoupled model's streamed responses
-(handed to the caller's ``respond`` as they come), BLS calls (handed to the ``ModelCaller``;
-their answers are sent back from whichever thread completes them, under a send lock) and
+(handed to the caller's ``respond`` as they come), BLS calls (relayed by calls.py: their
+answers are sent back from whichever thread completes them, under a send lock) and
 ``is_cancelled`` queries about a request of the batch (answered at once).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -44,7 +43,8 @@ import structlog
 
 from inferd import errors
 from inferd.python_backend import ipc
-from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs, call_chain
+from inferd.python_backend.bls import ModelCaller
+from inferd.python_backend.calls import CallRelay
 from inferd.python_backend.model_config import python_of
 from inferd.python_backend.spawn import forward_output, kill_group, launch
 
@@ -175,7 +175,6 @@ class PythonModelProcess:
     def __init__(self, spec: WorkerSpec, model_caller: ModelCaller | None = None) -> None:
         self._spec = spec
         self._decoupled = spec.decoupled
-        self._caller = model_caller
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
@@ -185,9 +184,7 @@ class PythonModelProcess:
         self._start_timeout_s = 60.0
         self._batch: list[PythonRequest] = []  # the batch in flight, for is_cancelled queries
         self._batch_id = 0  # the batch in flight's number: the worker's messages name theirs
-        # BLS calls in flight (cancelled once their batch's every request ended), under its lock.
-        self._calls_lock = threading.Lock()
-        self._calls: set[concurrent.futures.Future[ModelOutputs]] = set()
+        self._calls = CallRelay(model_caller, spec, self._send_lock)
 
     @property
     def pid(self) -> int | None:
@@ -440,12 +437,8 @@ class PythonModelProcess:
         """Cancels the batch's BLS calls in flight once every request of the batch was cancelled
         or passed its deadline: the calls carry the callers' end, so a stuck call (a hung or
         cyclic model) cannot hold this instance for good."""
-        if not self._batch or not all(_ended(r) for r in self._batch):
-            return
-        with self._calls_lock:
-            calls = list(self._calls)
-        for call in calls:
-            call.cancel()
+        if self._batch and all(_ended(r) for r in self._batch):
+            self._calls.cancel_all()
 
     def _streamed(self, message: ipc.Message, fds: list[int]) -> PythonResponse:
         """A ``response`` message's response, its tensors copied out of their arena."""
@@ -515,7 +508,7 @@ class PythonModelProcess:
                     os.close(fd)
                 continue
             if message.get("type") == "bls":
-                self._call_model(message, fds)
+                self._calls.start(message, fds, self._channel, self._batch)
                 continue
             if message.get("type") == "is_cancelled":
                 for fd in fds:
@@ -534,93 +527,6 @@ class PythonModelProcess:
             cancelled = check is not None and bool(check())
         with contextlib.suppress(OSError):  # the worker is gone: the batch fails with it
             self._send({"type": "cancelled", "id": message.get("id"), "cancelled": cancelled})
-
-    def _call_model(self, message: ipc.Message, fds: list[int]) -> None:
-        """Starts a BLS call; its answer goes to the worker when it completes (on another
-        thread), while this one goes on reading the worker's messages."""
-        call_id = message.get("id")
-        channel = self._channel
-        try:
-            refs = [ipc.TensorRef.from_message(m) for m in message.get("inputs", ())]
-            call = ModelCall(
-                model=str(message["model"]),
-                version=int(message.get("version", -1)),
-                inputs=ipc.copy_out(message, fds, refs),
-                requested_output_names=[str(n) for n in message.get("requested_output_names", ())],
-                request_id=str(message.get("request_id", "")),
-                parameters=str(message.get("parameters", "{}")),
-                timeout_us=int(message.get("timeout", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            self._answer_call(
-                channel, call_id, errors.InvalidArgument(f"a malformed call: {error}")
-            )
-            return
-        if self._caller is None:
-            reason = "model-to-model calls are not available in this server"
-            self._answer_call(channel, call_id, errors.Unavailable(reason))
-            return
-        chain = call_chain(self._batch, self._spec.model_name)
-        if call.model == self._spec.model_name:
-            # Its batch would wait behind the one making the call: a deadlock.
-            reason = f"python model {call.model!r} cannot call itself"
-            self._answer_call(channel, call_id, errors.InvalidArgument(reason))
-            return
-        if call.model in chain:
-            # Its batch would wait behind a model that waits on this one: a deadlock.
-            reason = (
-                f"python model {self._spec.model_name!r} cannot call {call.model!r}: the call "
-                f"would close a cycle of model-to-model calls ({' -> '.join((*chain, call.model))})"
-            )
-            self._answer_call(channel, call_id, errors.InvalidArgument(reason))
-            return
-        call.chain = chain
-        future = self._caller.submit(call)
-        with self._calls_lock:
-            self._calls.add(future)
-        future.add_done_callback(lambda done: self._call_done(channel, call_id, done))
-
-    def _call_done(
-        self,
-        channel: ipc.Channel | None,
-        call_id: object,
-        done: concurrent.futures.Future[ModelOutputs],
-    ) -> None:
-        with self._calls_lock:
-            self._calls.discard(done)
-        self._answer_call(channel, call_id, done)
-
-    def _answer_call(
-        self,
-        channel: ipc.Channel | None,
-        call_id: object,
-        outcome: concurrent.futures.Future[ModelOutputs] | errors.InferdError,
-    ) -> None:
-        """A BLS call's outputs or failure to the worker that made it (unless it is gone)."""
-        answer: ipc.Message = {"type": "bls_result", "id": call_id}
-        name = f"inferd-bls-answer-{self._spec.instance_name}"
-        try:
-            if isinstance(outcome, errors.InferdError):
-                raise outcome
-            if outcome.cancelled():
-                raise errors.Cancelled(
-                    "model-to-model call cancelled: every request of the calling batch was "
-                    "cancelled or passed its deadline"
-                )
-            placed = ipc.TensorMessage(name, answer, "outputs", list(outcome.result().items()))
-        except errors.InferdError as error:
-            failed = {**answer, "error": str(error), "code": error.code.name}
-            placed = ipc.TensorMessage(name, failed, "outputs", [])
-        except Exception as error:  # the caller's own failure: the worker still gets an answer
-            log.exception("a model-to-model call failed", **self._identity())
-            reason = f"model-to-model call failed: {error}"
-            placed = ipc.TensorMessage(
-                name, {**answer, "error": reason, "code": "INTERNAL"}, "outputs", []
-            )
-        with placed, contextlib.suppress(OSError):  # OSError: the worker is gone
-            if channel is not None:
-                with self._send_lock:
-                    channel.send(placed.message, placed.fds)
 
     def _send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
         assert self._channel is not None
