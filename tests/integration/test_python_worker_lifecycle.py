@@ -366,11 +366,21 @@ def test_a_model_to_model_call_ends_with_its_callers_deadline(root: Path) -> Non
 
 def test_a_crash_loop_backs_off_and_says_so(root: Path) -> None:
     with serve(root, "echo", "crash") as server:
-        first_worker(root, "crash")
-        time.sleep(8)  # the observation window itself, not a wait for a condition
-        starts = (root / "crash.starts").read_text().split()
-        # Restarted at once, then after 1, 2, 4 s...: 4 or 5 starts in 8 s (1.2 a second before).
-        assert len(starts) <= 5, starts
+
+        def backoffs() -> list[object]:
+            return [
+                r["restart_in_s"]
+                for r in server.records()
+                if r.get("event") == "a python model's worker will restart"
+            ]
+
+        wait_for(lambda: len(backoffs()) >= 3, "three restarts", timeout_s=60)
+        # Restarted at once, then after 1 s, then 2 s... (before: at once, forever).
+        assert backoffs()[:3] == [0.0, 1.0, 2.0], backoffs()
+        wait_for(lambda: len(worker_pids(root, "crash")) >= 4, "the fourth start", timeout_s=60)
+        starts = [float(t) for t in (root / "crash.starts").read_text().split()]
+        assert starts[2] - starts[1] >= 1.0, starts  # the 1 s wait, on top of the worker's life
+        assert starts[3] - starts[2] >= 2.0, starts
         with grpcclient.InferenceServerClient(server.url) as triton:
 
             def says_it_backs_off() -> bool:
@@ -379,12 +389,6 @@ def test_a_crash_loop_backs_off_and_says_so(root: Path) -> None:
                 return "in a row, next attempt in" in reason and not triton.is_model_ready("crash")
 
             wait_for(says_it_backs_off, "readiness names the back-off")
-        backoffs = [
-            r["restart_in_s"]
-            for r in server.records()
-            if r.get("event") == "a python model's worker will restart"
-        ]
-        assert backoffs[:3] == [0.0, 1.0, 2.0], backoffs
         assert_echo(server.url)
 
 
