@@ -17,12 +17,14 @@ Names that exist (everything else Triton documents raises, see below):
   closed or cancelled, a call cancelled or past its deadline; always False for a request model
   code builds),
   ``get_response_sender()`` (decoupled models only), ``exec()`` and ``async_exec()`` (Business
-  Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises),
+  Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises; a call closing a
+  cycle of calls answers an error naming it; ``timeout`` 0 is 60 s),
   ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_ALL`` only: rescheduling raises).
 * ``InferenceResponse(output_tensors=None, error=None, parameters=None)``: ``output_tensors()``,
   ``has_error()``, ``error()``, ``parameters()`` (a JSON string).
 * ``InferenceResponseSender`` (what ``get_response_sender()`` returns): ``send(response=None,
-  flags=0)``, ``is_cancelled()``.
+  flags=0)``, ``is_cancelled()``. Once the server ended the request (cancelled or past its
+  deadline, and not ended by the model within a second), ``send`` drops what it is given.
 * ``TritonError(message, code=TritonError.INTERNAL)``: ``message()``, ``code()``; codes
   ``UNKNOWN``, ``INTERNAL``, ``NOT_FOUND``, ``INVALID_ARG``, ``UNAVAILABLE``, ``UNSUPPORTED``,
   ``ALREADY_EXISTS``, ``CANCELLED``.
