@@ -57,9 +57,9 @@ _LIVENESS_POLL_S: Final = 0.2
 # A decoupled request cancelled (or past its deadline) that the model has not ended this long
 # after the server saw it is ended by the server (a model that asks is_cancelled() ends its own).
 CANCELLED_GRACE_S: Final = 1.0
-# A decoupled batch whose every request has ended (cancelled, past its deadline) while the
-# model's execute still runs: how long execute may take to return before the worker is killed
-# (and restarted), since nothing else frees the instance.
+# A decoupled batch whose every request has ended, one of them by the server (cancelled, past
+# its deadline), while the model's execute still runs: how long execute may take to return
+# before the worker is killed (and restarted), since nothing else frees the instance.
 HUNG_EXECUTE_GRACE_S: Final = 5.0
 _LOG_LEVELS: Final = {
     "VERBOSE": logging.DEBUG,
@@ -357,7 +357,8 @@ class PythonModelProcess:
         execute has returned and every request has had its final flag, or was ended (cancelled,
         past its deadline; its sender is closed in the worker). Returns each request's final
         answer: a response, or None for the final flag alone. An execute that does not return
-        within ``HUNG_EXECUTE_GRACE_S`` of its last request ending has its worker killed."""
+        within ``HUNG_EXECUTE_GRACE_S`` of its last request ending, one of them ended by the
+        server, has its worker killed."""
         finals: dict[int, PythonResponse | None] = {}
         cancelled_at: dict[int, float] = {}
         executed = False
@@ -369,7 +370,9 @@ class PythonModelProcess:
                 check_at = now + _LIVENESS_POLL_S
                 self._end_cancelled(finals, cancelled_at, now)
                 self._cancel_abandoned_calls()
-                if len(finals) == count:
+                # Only once the server ended one of them: a model may work on after its finals.
+                server_ended = any(f is not None and f.cancelled for f in finals.values())
+                if len(finals) == count and server_ended:
                     all_ended_at = now if all_ended_at is None else all_ended_at
                     if now - all_ended_at >= HUNG_EXECUTE_GRACE_S:
                         self._kill_hung_execute()
