@@ -26,12 +26,14 @@ from tests.integration.conftest import running_server
 #   echo          Y = X
 #   never_final   decoupled: one response, no final flag, execute returns
 #   hang_stream   decoupled: one response, then execute never returns
+#   spawn         echo, after starting `sleep 3600` (its pid in <model>.children)
 #   chatty        echo, after printing a 100,000-character line and two lines at once
 #   call          Y = the callee's Y for X (BLS; the callee is the CALLEE parameter), Y = X for
 #                 X = 0; a failed call is this request's error, with the call's message
 MODEL = """
 import json
 import os
+import subprocess
 import threading
 import time
 
@@ -55,6 +57,10 @@ class TritonPythonModel:
             time.sleep(3600)
         if self.behaviour == "crash":
             threading.Timer(0.1, os._exit, args=(3,)).start()
+        if self.behaviour == "spawn":
+            child = subprocess.Popen(["sleep", "3600"])
+            with open(os.path.join(folder, name + ".children"), "a") as children:
+                children.write(f"{child.pid}\\n")
         if self.behaviour == "chatty":
             print("a" * 100_000)
             print("one\\ntwo", flush=True)
@@ -245,6 +251,21 @@ def test_unload_of_a_hung_model_kills_its_worker_and_answers(root: Path) -> None
             assert isinstance(outcome.get(timeout=10), InferenceServerException)
             assert not triton.is_model_ready("hang")
         assert_echo(server.url)
+
+
+def test_unload_and_stop_kill_what_the_model_started(root: Path) -> None:
+    write_model(root / "models", "spawn", "spawn")
+    write_model(root / "models", "spawn_too", "spawn")
+    with serve(root, "echo", "spawn", "spawn_too") as server:
+        with grpcclient.InferenceServerClient(server.url) as triton:
+            triton.unload_model("spawn", client_timeout=30)
+        # The worker leads a process group that its stop kills whole.
+        [child] = [int(pid) for pid in (root / "spawn.children").read_text().split()]
+        wait_gone(child, 5)
+        [other] = [int(pid) for pid in (root / "spawn_too.children").read_text().split()]
+        assert not gone(other)
+        assert_echo(server.url)
+    wait_gone(other, 5)  # and the server's stop
 
 
 def test_a_load_given_up_during_initialize_kills_its_worker(root: Path) -> None:

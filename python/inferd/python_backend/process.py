@@ -46,7 +46,7 @@ from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.calls import CallRelay
 from inferd.python_backend.model_config import python_of
-from inferd.python_backend.spawn import forward_output, kill_group, launch
+from inferd.python_backend.spawn import forward_output, kill_group, launch, wait_exited
 
 log = structlog.get_logger(__name__)
 
@@ -584,10 +584,11 @@ class PythonModelProcess:
             if reply.get("error"):
                 log.warning("finalize failed", error=reply["error"], **self._identity())
             # finalize is done: a second more for the interpreter's exit, even past the grace.
-            self._process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+            # Not reaped yet: its pid still names its group, killed whole below.
+            wait_exited(self._process.pid, max(deadline - time.monotonic(), 1.0))
         except WorkerDied:
             return  # already reaped and discarded
-        except (OSError, TimeoutError, subprocess.TimeoutExpired):
+        except (OSError, TimeoutError):
             log.warning(
                 "did not stop within the grace, killed", grace_s=grace_s, **self._identity()
             )

@@ -16,6 +16,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from typing import IO, Final
 
 import structlog
@@ -57,6 +58,21 @@ def launch(command: list[str], pass_fds: tuple[int, ...], name: str) -> subproce
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
+
+
+def wait_exited(pid: int, timeout_s: float) -> None:
+    """Waits until the child ``pid`` has exited, without reaping it (its pid, and so its process
+    group's, stays reserved). Raises TimeoutError when ``timeout_s`` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
+        except ChildProcessError:
+            return  # reaped already
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"pid {pid} did not exit within {timeout_s:g} s")
+        time.sleep(0.01)
 
 
 def kill_group(pid: int) -> None:
