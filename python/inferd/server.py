@@ -152,8 +152,9 @@ class InferenceServer:
         self.backend_socket.remove()
         if self.unix_socket is not None:
             self.unix_socket.remove()
-        # A python model's execute that never returns must not hold the stop forever.
-        await self.registry.close(abort_after_s=max(deadline - time.monotonic(), 0.0))
+        # A python model's execute that never returns must not hold the stop forever. At least
+        # a second (within the exit margin): batches that are ending, and finalize, still run.
+        await self.registry.close(abort_after_s=max(deadline - time.monotonic(), 1.0))
         self.dispatcher.close()
         self.telemetry.close()
         # allocations stays at its warm-up count under steady traffic: batches reuse buffers.
