@@ -2,8 +2,10 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "inferd/shared_memory.h"
@@ -49,16 +51,22 @@ void register_shared_memory(py::module_& m) {
       .def(
           "register_system",
           [](SharedMemoryRegistry& r, const std::string& name, const std::string& key, uint64_t offset,
-             uint64_t byte_size) {
+             uint64_t byte_size, std::optional<std::tuple<int64_t, int64_t, int64_t>> caller) {
+            std::optional<PeerCredentials> peer;
+            if (caller) {
+              const auto [pid, uid, gid] = *caller;
+              peer = PeerCredentials{static_cast<pid_t>(pid), static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
+            }
             Status status;
             {
               py::gil_scoped_release release;
-              status = r.register_system(name, key, offset, byte_size);
+              status = r.register_system(name, key, offset, byte_size, peer ? &*peer : nullptr);
             }
             return result(status);
           },
-          py::arg("name"), py::arg("key"), py::arg("offset"), py::arg("byte_size"),
-          "SystemSharedMemoryRegister. Returns (StatusCode, message).")
+          py::arg("name"), py::arg("key"), py::arg("offset"), py::arg("byte_size"), py::arg("caller") = py::none(),
+          "SystemSharedMemoryRegister. caller: (pid, uid, gid) of a client on the Unix socket, whose access to the "
+          "object is checked; None: not checked. Returns (StatusCode, message).")
       .def(
           "register_cuda",
           [](SharedMemoryRegistry& r, const std::string& name, const py::bytes& raw_handle, int64_t device_id,

@@ -164,9 +164,20 @@ bool is_transport_header(std::string_view key) {
 
 }  // namespace
 
+bool TransportContext::on_unix_socket(const grpc::ServerContextBase& context) const {
+  const std::string peer = context.peer();
+  if (const std::optional<AcceptedConnection> accepted = connections->find(peer)) return accepted->unix_socket;
+  return peer.rfind("unix", 0) == 0;
+}
+
+std::optional<PeerCredentials> TransportContext::peer_credentials(const grpc::ServerContextBase& context) const {
+  const std::optional<AcceptedConnection> accepted = connections->find(context.peer());
+  return accepted ? accepted->credentials : std::nullopt;
+}
+
 const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::ServerContextBase& context) const {
   if (shared_memory == nullptr) return nullptr;
-  if (!shared_memory_on_tcp && context.peer().rfind("unix", 0) != 0) return nullptr;
+  if (!shared_memory_on_tcp && !on_unix_socket(context)) return nullptr;
   return shared_memory.get();
 }
 
@@ -183,7 +194,9 @@ const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::Serv
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to) {
   for (const auto& [key, value] : from.client_metadata()) {
     const std::string_view k(key.data(), key.size());
-    if (is_transport_header(k) || k == kTraceSampledKey || k == kSharedMemoryAllowedKey) continue;
+    if (is_transport_header(k) || k == kTraceSampledKey || k == kSharedMemoryAllowedKey || k == kPeerCredentialsKey) {
+      continue;
+    }
     to->AddMetadata(std::string(k), std::string(value.data(), value.size()));
   }
   to->set_deadline(from.deadline());

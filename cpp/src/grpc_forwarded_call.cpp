@@ -26,6 +26,11 @@ class ForwardedCall final : public grpc::ServerGenericBidiReactor {
   ForwardedCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
       : context_(context), transport_(std::move(transport)), backend_(this) {
     copy_client_metadata(*context_, &client_context_);
+    if (const std::optional<PeerCredentials> peer = transport_->peer_credentials(*context_)) {
+      client_context_.AddMetadata(
+          std::string(kPeerCredentialsKey),
+          std::to_string(peer->pid) + " " + std::to_string(peer->uid) + " " + std::to_string(peer->gid));
+    }
     transport_->backend->PrepareBidiStreamingCall(&client_context_, context_->method(), grpc::StubOptions(), &backend_);
     backend_.AddMultipleHolds(2);  // caller -> backend writes, backend -> caller reads
     backend_.StartRead(&down_);

@@ -3,6 +3,7 @@
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_posix.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,7 +49,10 @@ class GrpcServer::Service final : public grpc::CallbackGenericService {
   Service(std::shared_ptr<TransportContext> transport, AccessOptions access)
       : transport_(std::move(transport)), access_(std::move(access)) {}
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
-    const grpc::Status allowed = access_.check(context->method(), context->peer(), context->client_metadata());
+    // A connection the core accepted is "fd:N" to grpc: the policy reads "unix:" for the socket.
+    const grpc::Status allowed =
+        access_.check(context->method(), transport_->on_unix_socket(*context) ? "unix:" : context->peer(),
+                      context->client_metadata());
     // Raw new: grpc's callback API takes a reactor that deletes itself.
     if (!allowed.ok()) return new RefusedCall(allowed);
     return create_call(context, transport_);
@@ -175,9 +179,29 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
 
   grpc::ServerBuilder builder;
   ports_.assign(options_.addresses.size(), 0);  // sized before: the builder writes through pointers
+  const bool tls = options_.use_ssl || options_.use_ssl_mutual;
+  std::vector<std::string> plaintext;  // the listener's, in order
   for (size_t i = 0; i < options_.addresses.size(); ++i) {
-    builder.AddListeningPort(options_.addresses[i], credentials(options_, options_.addresses[i]), &ports_[i]);
+    if (tls && !is_unix(options_.addresses[i])) {
+      builder.AddListeningPort(options_.addresses[i], credentials(options_, options_.addresses[i]), &ports_[i]);
+    } else {
+      plaintext.push_back(options_.addresses[i]);
+    }
   }
+  try {
+    listener_ = std::make_unique<ConnectionListener>(plaintext, transport_->connections, options_.reserved_descriptors);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("cannot serve gRPC on ") + e.what());
+  }
+  for (size_t i = 0, next = 0; i < options_.addresses.size(); ++i) {
+    if (!(tls && !is_unix(options_.addresses[i]))) ports_[i] = listener_->ports()[next++];
+  }
+  // A handshake gets no longer than an idle connection would be kept.
+  int handshake_ms = options_.handshake_timeout_ms;
+  if (options_.max_connection_idle_ms > 0 && (handshake_ms <= 0 || options_.max_connection_idle_ms < handshake_ms)) {
+    handshake_ms = options_.max_connection_idle_ms;
+  }
+  if (tls && handshake_ms > 0) builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, handshake_ms);
   if (options_.max_message_bytes >= 0) {
     builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
     builder.SetMaxSendMessageSize(options_.max_message_bytes);
@@ -217,6 +241,8 @@ GrpcServer::GrpcServer(GrpcServerOptions options) : options_(std::move(options))
         (reason.empty() ? " (address in use, not permitted, or an unusable TLS certificate or key)" : ": " + reason));
   }
   StartupLogCapture::replay(startup_log);
+  // grpc serves each accepted connection as if it had accepted it (its channel arguments apply).
+  listener_->start([server = server_.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
 }
 
 GrpcServer::~GrpcServer() { shutdown(0); }
@@ -228,6 +254,7 @@ void GrpcServer::shutdown(double grace_s) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
   if (shut_down_ || !server_) return;
   shut_down_ = true;
+  listener_->stop();  // no connection is handed to a server shutting down
   const auto grace = std::chrono::duration_cast<std::chrono::system_clock::duration>(
       std::chrono::duration<double>(grace_s < 0 ? 0 : grace_s));
   server_->Shutdown(std::chrono::system_clock::now() + grace);  // returns once every call is done

@@ -87,7 +87,7 @@ bool copy_to_slice(const SharedMemorySlice& to, const std::byte* src, size_t siz
 SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options) : options_(options) {}
 
 Status SharedMemoryRegistry::register_system(const std::string& name, const std::string& key, uint64_t offset,
-                                             uint64_t byte_size) {
+                                             uint64_t byte_size, const PeerCredentials* caller) {
   if (!options_.system) {
     return Status::Error(StatusCode::kUnimplemented,
                          "system shared memory is switched off on this server (--shared-memory)");
@@ -119,6 +119,12 @@ Status SharedMemoryRegistry::register_system(const std::string& name, const std:
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return invalid("shared memory object " + quoted(key) + " is not a shared-memory object");
+  }
+  // Checked on the object opened, not its name: a rename in between cannot swap it.
+  if (std::string why; caller != nullptr && !may_read_and_write(st, *caller, &why)) {
+    close(fd);
+    return Status::Error(StatusCode::kPermissionDenied,
+                         "shared memory object " + quoted(key) + " for region " + quoted(name) + ": " + why);
   }
   if (!within(offset, byte_size, static_cast<uint64_t>(st.st_size))) {
     close(fd);

@@ -554,4 +554,34 @@ TEST(CudaSharedMemory, AnswersUnimplementedWithoutTheRuntime) {
 }
 
 }  // namespace
+// Issue 25, item 8: the kernel's rule for opening a file for reading and writing, for a peer who
+// is the owner, in the file's group, or neither; root always may.
+TEST(PeerCredentials, MayReadAndWriteFollowsTheKernelsRule) {
+  struct stat st{};
+  st.st_uid = 1000;
+  st.st_gid = 2000;
+  const auto allowed = [&](mode_t mode, uid_t uid, gid_t gid) {
+    st.st_mode = S_IFREG | mode;
+    std::string why;
+    const bool ok = may_read_and_write(st, PeerCredentials{0, uid, gid}, &why);
+    EXPECT_EQ(ok, why.empty()) << why;
+    return ok;
+  };
+  EXPECT_TRUE(allowed(0600, 1000, 1));
+  EXPECT_FALSE(allowed(0400, 1000, 1)) << "the owner without write";
+  EXPECT_FALSE(allowed(0066, 1000, 2000)) << "the owner gets the owner's bits only";
+  EXPECT_TRUE(allowed(0660, 1001, 2000));
+  EXPECT_FALSE(allowed(0640, 1001, 2000)) << "the group may only read";
+  EXPECT_FALSE(allowed(0606, 1001, 2000)) << "a member gets the group's bits only";
+  EXPECT_TRUE(allowed(0606, 1001, 3000));
+  EXPECT_FALSE(allowed(0600, 65534, 65534));
+  EXPECT_TRUE(allowed(0000, 0, 0)) << "root";
+  st.st_mode = S_IFREG | 0600;
+  std::string why;
+  EXPECT_FALSE(may_read_and_write(st, PeerCredentials{0, 65534, 65534}, &why));
+  EXPECT_EQ(
+      why,
+      "the client (uid 65534, gid 65534) may not read and write it itself (owner uid 1000, group 2000, mode 0600)");
+}
+
 }  // namespace inferd

@@ -381,7 +381,12 @@ class SharedMemoryRegistry:
     def cuda(self) -> bool: ...
     # (StatusCode, message) each; kind: "system" or "cuda"; name "" = every region of the kind.
     def register_system(
-        self, name: str, key: str, offset: int, byte_size: int
+        self,
+        name: str,
+        key: str,
+        offset: int,
+        byte_size: int,
+        caller: tuple[int, int, int] | None = None,
     ) -> tuple[int, str]: ...
     def register_cuda(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int

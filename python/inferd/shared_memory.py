@@ -23,6 +23,15 @@ class SharedMemoryKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class PeerCredentials:
+    """A client on the Unix socket, as the kernel recorded it when it connected (SO_PEERCRED)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
 class SharedMemoryRegion:
     """One registered region as the *SharedMemoryStatus calls report it."""
 
@@ -68,14 +77,25 @@ class SharedMemory:
         """The protocol extensions these kinds add to ServerMetadata's list."""
         return [f"{kind.value}_shared_memory" for kind, enabled in self._enabled.items() if enabled]
 
-    async def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+    async def register_system(
+        self,
+        name: str,
+        key: str,
+        offset: int,
+        byte_size: int,
+        caller: PeerCredentials | None = None,
+    ) -> None:
         """Maps [offset, offset + byte_size) of the POSIX shared-memory object ``key`` as region
-        ``name``. InvalidArgument (bad key, region outside the object), AlreadyExists (a live
-        name), ResourceExhausted (past a limit), Unimplemented (switched off)."""
+        ``name``. ``caller``: a client on this machine, who must be able to open the object for
+        reading and writing itself (None: a TCP client, trusted by --shared-memory-listeners all).
+        InvalidArgument (bad key, region outside the object), AlreadyExists (a live name),
+        PermissionDenied (the caller may not use the object), ResourceExhausted (past a limit),
+        Unimplemented (switched off)."""
         self._check_enabled(SharedMemoryKind.SYSTEM)
+        who = None if caller is None else (caller.pid, caller.uid, caller.gid)
         # mmap and shm_open may block (the core releases the GIL): off the event loop.
         code, message = await asyncio.to_thread(
-            self.core.register_system, name, key, offset, byte_size
+            self.core.register_system, name, key, offset, byte_size, who
         )
         _raise_unless_ok(code, message)
 

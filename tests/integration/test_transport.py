@@ -256,6 +256,34 @@ def test_tls_client_infers_and_reads_metadata(
 
 
 @pytest.mark.timeout(60)
+def test_a_stalled_tls_handshake_is_closed_after_the_idle_limit(
+    tmp_path_factory: pytest.TempPathFactory, certificates: Certificates
+) -> None:
+    """Issue 25, item 4: a connection that never finishes its handshake was kept about 125 s
+    whatever --grpc-max-connection-idle-secs said (grpc's handshake timeout, 120 s). It now gets
+    the idle limit (10 s at most)."""
+    flags = (*tls_flags(certificates), "--grpc-max-connection-idle-secs", "2")
+    with examples_server(tmp_path_factory, "tls-stall", *flags) as server:
+        host, port = server.url.rsplit(":", 1)
+        stalled = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+        started = time.monotonic()
+        try:
+            for s in stalled:
+                s.settimeout(15)
+                with contextlib.suppress(ConnectionResetError):
+                    assert s.recv(1) == b""  # closed, having sent nothing
+            assert time.monotonic() - started < 8, "stalled handshakes outlived the idle limit"
+        finally:
+            for s in stalled:
+                s.close()
+        client = tls_client(server.url, certificates.ca)
+        try:
+            infer_simple(client, 2)
+        finally:
+            client.close()
+
+
+@pytest.mark.timeout(60)
 def test_plaintext_client_is_refused_by_a_tls_port(tls_server: ServerProcess) -> None:
     assert_refused(grpcclient.InferenceServerClient(tls_server.url, channel_args=[OWN_CONNECTION]))
 

@@ -43,6 +43,13 @@ struct TransportContext {
   // Registered shared-memory regions (null: off), and whether TCP callers may name them.
   std::shared_ptr<SharedMemoryRegistry> shared_memory;
   bool shared_memory_on_tcp = false;
+  // The connections the core accepted itself (ConnectionListener).
+  const std::shared_ptr<ConnectionDirectory> connections = std::make_shared<ConnectionDirectory>();
+
+  // Whether the call came over a Unix socket, and the peer's credentials there (the kernel's,
+  // SO_PEERCRED; nullopt on TCP or when unknown).
+  bool on_unix_socket(const grpc::ServerContextBase& context) const;
+  std::optional<PeerCredentials> peer_credentials(const grpc::ServerContextBase& context) const;
 
   // The registry a request of this call may use: null when shared memory is off or the call came
   // over TCP without shared_memory_on_tcp.
@@ -69,6 +76,10 @@ inline constexpr std::string_view kTraceSampledKey = "inferd-trace-sampled";
 // client's listener may use shared memory (TransportContext::shared_memory_for); a caller's own
 // is dropped.
 inline constexpr std::string_view kSharedMemoryAllowedKey = "inferd-shared-memory";
+// The metadata key the transport adds to a call it forwards from its Unix socket: "PID UID GID",
+// the peer's credentials as the kernel recorded them (SO_PEERCRED), which the shared-memory calls
+// check a region's object against. A caller's own is dropped.
+inline constexpr std::string_view kPeerCredentialsKey = "inferd-peer-credentials";
 
 // Whether an inference request of this call goes to Python instead of the core: every request
 // does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).

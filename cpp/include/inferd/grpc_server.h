@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "inferd/connection_listener.h"
 #include "inferd/grpc_access.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/shared_memory.h"
@@ -35,6 +36,10 @@ struct GrpcServerOptions {
   // Closes a connection that has had no call for this long (GRPC_ARG_MAX_CONNECTION_IDLE_MS): idle
   // clients cannot hold file descriptors for good. 0 = never.
   int max_connection_idle_ms = 0;
+  // A TLS connection whose handshake has not finished by then, or by max_connection_idle_ms when
+  // that is shorter, is closed (grpc's default is 120 s, which let stalled handshakes hold
+  // descriptors whatever the idle limit said). 0 = grpc's.
+  int handshake_timeout_ms = 10'000;
   // Triton's TLS settings, on TCP addresses; Unix sockets stay plaintext (local, guarded by the
   // file's permissions). use_ssl needs the server's certificate (chain) and key (PEM); use_ssl_mutual
   // (which implies use_ssl) also needs root_cert_pem: clients must present a certificate it signed.
@@ -59,6 +64,9 @@ struct GrpcServerOptions {
   // shared-memory RPCs (AccessPolicy).
   std::shared_ptr<SharedMemoryRegistry> shared_memory;
   bool shared_memory_on_tcp = false;
+  // Descriptors the plaintext listeners keep free for the rest of the process (see
+  // ConnectionListener): a connection that would take one of the last this many is closed.
+  int reserved_descriptors = 128;
 };
 
 // Counts of inference requests that failed on a known model version, by (model, version, status):
@@ -81,7 +89,9 @@ class FailureCounts {
 // socket) with its metadata and deadline, and its answer and status come back unchanged.
 //
 // Every call passes the AccessPolicy before its reactor is made; a refused call is answered with
-// the policy's status and reaches neither the core nor the backend.
+// the policy's status and reaches neither the core nor the backend. The plaintext listeners (TCP
+// without TLS, Unix sockets) are the core's own ConnectionListener, which hands each connection to
+// grpc; TLS listeners are grpc's.
 //
 // Invariants: every call gets exactly one status; a request submitted to a scheduler is answered
 // by its completion or, when the client has gone, dropped after the core's answer; shutdown()
@@ -113,6 +123,7 @@ class GrpcServer {
   std::shared_ptr<grpc::Channel> backend_channel_;  // also the stub's and each backend call's
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ConnectionListener> listener_;  // the plaintext addresses; stopped before server_
   std::vector<int> ports_;
   std::mutex shutdown_mutex_;
   bool shut_down_ = false;  // guarded by shutdown_mutex_

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "inferd/peer_credentials.h"
 #include "inferd/status.h"
 
 namespace inferd {
@@ -104,7 +105,11 @@ class SharedMemoryRegistry {
   // NAME_MAX bytes) read-write. INVALID_ARGUMENT for a bad name or key, a region outside the
   // object or an object that cannot be opened; ALREADY_EXISTS for a live name; RESOURCE_EXHAUSTED
   // past the limits; UNIMPLEMENTED when system shared memory is switched off.
-  Status register_system(const std::string& name, const std::string& key, uint64_t offset, uint64_t byte_size);
+  // `caller`: the client's credentials when it is on this machine (the Unix socket): the object is
+  // mapped only if the client could open it for reading and writing itself (may_read_and_write),
+  // else PERMISSION_DENIED; null when unknown (TCP, opened by --shared-memory-listeners all).
+  Status register_system(const std::string& name, const std::string& key, uint64_t offset, uint64_t byte_size,
+                         const PeerCredentials* caller = nullptr);
 
   // CudaSharedMemoryRegister: opens a cudaIpcMemHandle_t (`raw_handle`, 64 bytes) on `device_id`.
   // The allocation's real size is asked of the driver: byte_size beyond it is INVALID_ARGUMENT.

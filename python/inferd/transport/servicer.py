@@ -19,7 +19,7 @@ from inferd.dataplane import DataPlane
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
 from inferd.observability.telemetry import Telemetry
-from inferd.shared_memory import SharedMemory, SharedMemoryKind
+from inferd.shared_memory import PeerCredentials, SharedMemory, SharedMemoryKind
 from inferd.transport import codec
 from inferd.transport.status import answers_errors
 
@@ -32,6 +32,18 @@ EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule
 # (--shared-memory-listeners; a client's own header of that name is dropped): only such a request
 # may name a region.
 SHARED_MEMORY_ALLOWED = ("inferd-shared-memory", "1")
+# The core adds it to a call from its Unix socket: "PID UID GID" (SO_PEERCRED); a client's own is
+# dropped (grpc_calls.h, kPeerCredentialsKey).
+PEER_CREDENTIALS = "inferd-peer-credentials"
+
+
+def peer_credentials(context: grpc.aio.ServicerContext) -> PeerCredentials | None:
+    """The Unix-socket client's credentials the core passed on; None for a TCP client."""
+    for key, value in context.invocation_metadata() or ():
+        if key == PEER_CREDENTIALS:
+            pid, uid, gid = (int(part) for part in str(value).split())
+            return PeerCredentials(pid, uid, gid)
+    return None
 
 
 class ServerState:
@@ -167,7 +179,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         self, request: Any, context: grpc.aio.ServicerContext
     ) -> Any:
         await self._shared_memory.register_system(
-            request.name, request.key, request.offset, request.byte_size
+            request.name, request.key, request.offset, request.byte_size, peer_credentials(context)
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
