@@ -57,6 +57,47 @@ bool takes_requests(const Executor& executor) { return executor.answers_each_req
 // The ResponseStream a decoupled executor gets for one batch: hands each response to its
 // request's sink (CompletionSink::respond; a request without a sink, answered through the
 // CompletionQueue, gets only its final completion) and records the model's response statistics.
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// An executor that answers each request (a python model) computes its outputs' shapes itself: each
+// output the request asked for must have the config's rank (one more with the batch dim), its
+// batch dim equal to the request's batch size, and every fixed dim of the config; otherwise the
+// request gets an INTERNAL error naming them, never a tensor its config does not allow (ONNX
+// Runtime and TensorRT outputs come from models checked against the config at load). Outputs
+// whose config reshapes them are left to the response writer. Outputs the request did not ask
+// for may be empty stand-ins.
+Status check_answer_shapes(const InferenceRequest& request, const std::vector<Tensor>& outputs) {
+  if (request.signature == nullptr) return Status::Ok();
+  const ModelSignature& model = *request.signature;
+  const bool batched = model.max_batch_size > 0;
+  const auto asked = [&](uint32_t index) {
+    return request.requested_outputs.empty() ||
+           std::find(request.requested_outputs.begin(), request.requested_outputs.end(), index) !=
+               request.requested_outputs.end();
+  };
+  for (uint32_t i = 0; i < outputs.size() && i < model.outputs.size(); ++i) {
+    const OutputSignature& spec = model.outputs[i];
+    if (spec.has_reshape || !asked(i)) continue;
+    const std::vector<int64_t>& shape = outputs[i].shape;
+    bool fits = shape.size() == spec.dims.size() + (batched ? 1 : 0) && (!batched || shape[0] == request.batch_size);
+    for (size_t d = 0; fits && d < spec.dims.size(); ++d) {
+      fits = spec.dims[d] < 0 || shape[d + (batched ? 1 : 0)] == spec.dims[d];
+    }
+    if (!fits) {
+      return Status::Error(
+          StatusCode::kInternal,
+          "model '" + model.name + "' answered output '" + spec.name + "' with shape " + shape_text(shape) +
+              ", not its config's " + shape_text(spec.dims) +
+              (batched ? " after a batch dim of " + std::to_string(request.batch_size) : std::string()));
+    }
+  }
+  return Status::Ok();
+}
+
 // Used on the worker thread only.
 class StreamedResponses final : public ResponseStream {
  public:
@@ -67,6 +108,10 @@ class StreamedResponses final : public ResponseStream {
     if (index >= batch_.size()) return;  // no request of this batch (the binding refuses such an index first)
     statistics_->record_responses(1, first_response(index));
     const InferenceRequest& request = *batch_[index];
+    if (response.status.ok()) {
+      const Status shapes = check_answer_shapes(request, response.outputs);
+      if (!shapes.ok()) response = RequestResult{shapes, {}};
+    }
     if (request.sink) request.sink->respond(request, std::move(response));
   }
 
@@ -417,6 +462,10 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   for (size_t i = 0; i < batch.size(); ++i) {
     // Only a decoupled request may end with its final flag alone.
     const bool answered = !responses || results[i].respond || !results[i].status.ok();
+    if (answered && results[i].status.ok()) {
+      const Status shapes = check_answer_shapes(*batch[i], results[i].outputs);
+      if (!shapes.ok()) results[i].status = shapes;
+    }
     if (responses) responses->finish(i, answered);
     if (results[i].status.ok()) {
       computed.push_back(std::move(batch[i]));

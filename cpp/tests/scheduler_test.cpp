@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "inferd/model_signature.h"
+
 namespace inferd {
 namespace {
 
@@ -396,6 +398,39 @@ TEST(Scheduler, AnExecutorAnsweringEachRequestGetsTheBatchAsRequestsAndFailsOnly
   const StatisticsSnapshot stats = scheduler.statistics();
   EXPECT_EQ(stats.success.count, static_cast<uint64_t>(kRequests - 1));
   EXPECT_EQ(stats.fail.count, 1u);
+}
+
+// Issue 25, item 9: a python model's outputs are checked against its config: rank, the batch dim
+// (the request's batch size) and every fixed dim. PerRequestExecutor answers with the input's
+// shape, [1, 1]; a config of dims [1] fits, [2] or [1, 1] do not, and -1 takes any.
+TEST(Scheduler, AnOutputWhoseShapeTheConfigDoesNotAllowFailsItsRequest) {
+  for (const auto& [dims, fits] :
+       std::vector<std::pair<std::vector<int64_t>, bool>>{{{1}, true}, {{-1}, true}, {{2}, false}, {{1, 1}, false}}) {
+    auto signature = std::make_shared<ModelSignature>();
+    signature->name = "python";
+    signature->max_batch_size = 8;
+    signature->outputs = {OutputSignature{"OUT", DataType::kInt32, dims, false}};
+    auto queue = std::make_shared<CompletionQueue>();
+    std::vector<size_t> calls;
+    std::mutex mutex;
+    std::vector<std::unique_ptr<Executor>> instances;
+    instances.push_back(std::make_unique<PerRequestExecutor>(&calls, &mutex));
+    Scheduler scheduler(options("python", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+    auto request = int_request(1, 21);
+    request->signature = signature;
+    request->batch_size = 1;
+    ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+    auto done = collect(*queue, 1);
+    ASSERT_EQ(done.size(), 1u);
+    const Completion& c = done.begin()->second;
+    if (fits) {
+      EXPECT_TRUE(c.status.ok()) << c.status.message;
+    } else {
+      EXPECT_EQ(c.status.code, StatusCode::kInternal);
+      EXPECT_EQ(c.status.message.find("model 'python' answered output 'OUT' with shape [1, 1], not its config's"), 0u)
+          << c.status.message;
+    }
+  }
 }
 
 TEST(Scheduler, AWholeBatchFailureOfAnExecutorAnsweringEachRequestFailsEveryRequestOnce) {
