@@ -251,7 +251,10 @@ class ServerSettings:
     )
     exit_timeout_secs: float = field(
         default=30.0,
-        metadata=_help("On shutdown, how long in-flight requests may take before the stop."),
+        metadata=_help(
+            "On shutdown, how long in-flight requests may take before the stop; on an unload, "
+            "how long a python model's running batch may take before its worker is killed."
+        ),
     )
     log_format: str = field(
         default="auto",
