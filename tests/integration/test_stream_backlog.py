@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 
 import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as pb_grpc
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import UNDER_ASAN, ServerProcess, running_server
 
 # Streams COUNT responses of 64 KiB as fast as it can, stopping when told the request was
 # cancelled; records how many it sent.
@@ -142,7 +142,8 @@ def test_a_stream_that_reads_nothing_holds_a_bounded_backlog_and_its_request_fai
         held = rss_bytes(server.process.pid) - before
         # 8 MiB waiting per call, plus what HTTP/2's windows took: far from all 250 MiB.
         assert sent < COUNT // 4, f"the model sent {sent} responses before it was stopped"
-        assert held < 96 << 20, f"the server holds {held / 2**20:.0f} MiB more"
+        # Under AddressSanitizer RSS is its allocator's (conftest.UNDER_ASAN): plain runs check it.
+        assert UNDER_ASAN or held < 96 << 20, f"the server holds {held / 2**20:.0f} MiB more"
         silent.close()
         answers = list(silent.call)
     errors = [a.error_message for a in answers if a.error_message]
@@ -164,7 +165,7 @@ def test_many_silent_streams_together_stay_within_the_servers_budget(
             stream.send(flood_request(f"silent-{index}", COUNT))
             assert sent_by(server, f"silent-{index}") < COUNT // 4
         held = rss_bytes(server.process.pid) - before
-        assert held < 160 << 20, f"six silent streams hold {held / 2**20:.0f} MiB more"
+        assert UNDER_ASAN or held < 160 << 20, f"six silent streams hold {held >> 20} MiB more"
         for stream in streams:
             stream.call.cancel()
     # Once they are gone the server serves a client that reads, whole.
