@@ -29,6 +29,7 @@ help:
 	@echo "make bench-ensemble benchmarks/ensemble.py: a 3-step chain as an ensemble vs the client calling each step (~12 min)"
 	@echo "make bench-python   benchmarks/python_backend.py: an identity python model vs the same as ONNX, and IPC per batch (8-15 min)"
 	@echo "make bench-python-decoupled benchmarks/python_decoupled.py: a decoupled python model's streamed responses (~1 min)"
+	@echo "make bench-soak-hostile benchmarks/soak.py --hostile: valid load beside hostile clients, 3 min (~4 min)"
 	@echo "make gpu-carry      gather what the GPU machine lacks (wheels, GoogleTest sources, a grpc++ kit) into $(GPU_CARRY)"
 	@echo "make gpu-check      on a GPU machine: build, CUDA tests, correctness and throughput tables (GPU_CHECK_OUT)"
 
@@ -199,6 +200,12 @@ bench-python: build
 .PHONY: bench-python-decoupled
 bench-python-decoupled: build
 	$(PY) benchmarks/python_decoupled.py --python $(PY)
+
+# Issue 25: perf_analyzer on mlp beside malformed, near-miss, churning, silent and stalled clients for
+# 3 min; fails when a valid request fails, RSS or descriptors grow, or health p99 reaches 100 ms.
+.PHONY: bench-soak-hostile
+bench-soak-hostile: examples
+	$(PY) benchmarks/soak.py --hostile --python $(PY) --repository $(EXAMPLES) --duration 180
 
 # The GPU machine has CUDA, PyTorch and most of inferd's dependencies but no package registry:
 # gpu-carry downloads (here) the CPython 3.12 wheels it lacks, copies GoogleTest's sources and

@@ -14,6 +14,9 @@ that), at the end, the peak and the growth from the baseline to the end in %. Wr
 ``soak.csv`` (one row per sample: seconds, RSS, inferences and batches so far) and ``soak.json``
 into ``--out`` (default ``benchmarks/out/soak-<timestamp>/``). Exits 1 when the server or
 perf_analyzer dies early, or the growth exceeds ``--max-growth-percent`` when given.
+
+``--hostile`` runs the hostile soak of issue 25 instead (benchmarks/hostile_soak.py: valid load
+beside malformed and hostile clients, sampled every second).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import grpc
 
 import harness
+import hostile_soak
 
 
 def model_counts(port: int, model: str) -> tuple[int, int] | None:
@@ -61,18 +65,28 @@ def main() -> int:
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--duration", type=float, default=300, help="seconds of load")
-    parser.add_argument("--interval", type=float, default=5, help="seconds between RSS samples")
+    parser.add_argument(
+        "--interval", type=float, help="seconds between RSS samples (5; --hostile: 1)"
+    )
     parser.add_argument("--baseline-at", type=float, default=60, help="seconds of load")
     parser.add_argument("--max-queue-delay-us", type=int, help="dynamic_batching delay")
     parser.add_argument("--server-arg", action="append", default=[], help="extra inferd flag")
     parser.add_argument("--max-growth-percent", type=float, help="fail above this growth")
+    parser.add_argument("--hostile", action="store_true", help="the hostile soak (issue 25)")
+    parser.add_argument(
+        "--health-p99-ms", type=float, default=100, help="--hostile: fail at this health p99"
+    )
     parser.add_argument("--out", type=Path, help="default benchmarks/out/soak-<timestamp>/")
     args = parser.parse_args()
+    args.interval = args.interval or (1 if args.hostile else 5)
 
     python = str(Path(args.python).absolute()) if "/" in args.python else args.python
     started = datetime.now()
-    out = args.out or harness.BENCHMARKS / "out" / f"soak-{started.strftime('%Y%m%d-%H%M%S')}"
+    name = "hostile" if args.hostile else "soak"
+    out = args.out or harness.BENCHMARKS / "out" / f"{name}-{started.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
+    if args.hostile:
+        return hostile_soak.run(args, out, model_counts)
     pa = harness.PerfAnalyzer.find(python)
     machine = harness.machine_info(python)
     baseline_at = args.baseline_at if args.duration > args.baseline_at else args.duration / 3
