@@ -8,11 +8,12 @@ connection churn (connect, HTTP/2 preface, close), silent readers (ModelStreamIn
 decoupled ``flood`` model that never read, cancelled after a while) and stalled connections (TCP
 connections that send nothing). Valid: an mlp checker comparing every answer with the first and a
 flood reader reading its stream whole, beside perf_analyzer; the health prober times a
-grpc.health.v1 Check every ~100 ms on its own channel.
+grpc.health.v1 Check every ~100 ms on its own channel, in a process of its own.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import random
 import socket
@@ -21,6 +22,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue as QueueType
+from multiprocessing.synchronize import Event as EventType
+from typing import Any
 
 import grpc
 import numpy as np
@@ -323,35 +327,80 @@ def run_flood_reader(target: Target, stop: threading.Event, tally: Tally) -> Non
             stop.wait(0.1)
 
 
+def probe_health(port: int, stop: EventType, results: QueueType[tuple[float, str | None]]) -> None:
+    """One grpc.health.v1 Check per ~100 ms on a channel of its own, each put in ``results`` as
+    (ms, what was wrong or None), until ``stop`` is set. Run in a process of its own: in the soak's
+    process the client threads hold the GIL, which would add their time to the latencies."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )
+        while not stop.is_set():
+            began = time.monotonic()
+            problem = None
+            try:
+                answer = check(health_pb2.HealthCheckRequest(), timeout=5)
+                if answer.status != health_pb2.HealthCheckResponse.SERVING:
+                    problem = f"health answered {answer.status}"
+            except grpc.RpcError as error:
+                problem = f"health Check: {error.code().name}"
+            elapsed = time.monotonic() - began
+            results.put((elapsed * 1000, problem))
+            stop.wait(max(0.0, 0.1 - elapsed))
+
+
 @dataclass
 class HealthProbe:
-    """grpc.health.v1 Check latencies (ms) on a channel of its own, one call per ~100 ms."""
+    """probe_health in a child process (spawned: this process runs gRPC threads already), and
+    what it measured. Not thread-safe: one thread calls start, drain and stop."""
 
     tally: Tally = field(default_factory=lambda: Tally("health"))
     latencies_ms: list[float] = field(default_factory=list)
+    _context: Any = field(default_factory=lambda: multiprocessing.get_context("spawn"))
+    _process: Any = None
+    _stop: Any = None
+    _results: Any = None
 
-    def run(self, target: Target, stop: threading.Event) -> None:
-        with grpc.insecure_channel(target.address) as channel:
-            check = channel.unary_unary(
-                "/grpc.health.v1.Health/Check",
-                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-                response_deserializer=health_pb2.HealthCheckResponse.FromString,
-            )
-            serving = health_pb2.HealthCheckResponse.SERVING
-            while not stop.is_set():
-                began = time.monotonic()
-                try:
-                    answer = check(health_pb2.HealthCheckRequest(), timeout=5)
-                except grpc.RpcError as error:
-                    self.tally.fail(f"health Check: {error.code().name}")
-                    answer = None
-                elapsed = (time.monotonic() - began) * 1000
-                self.latencies_ms.append(elapsed)  # list.append is atomic under the GIL
-                if answer is not None and answer.status != serving:
-                    self.tally.fail(f"health answered {answer.status}")
-                elif answer is not None:
-                    self.tally.add("SERVING")
-                stop.wait(max(0.0, 0.1 - elapsed / 1000))
+    def start(self, port: int) -> None:
+        self._stop, self._results = self._context.Event(), self._context.Queue()
+        self._process = self._context.Process(
+            target=probe_health, args=(port, self._stop, self._results), name="health"
+        )
+        self._process.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def drain(self) -> list[float]:
+        """The latencies measured since the last drain (never blocks)."""
+        new = []
+        while True:
+            try:
+                elapsed, problem = self._results.get_nowait()
+            except queue.Empty:
+                break
+            new.append(elapsed)
+            if problem is None:
+                self.tally.add("SERVING")
+            else:
+                self.tally.fail(problem)
+        self.latencies_ms += new
+        return new
+
+    def stop(self) -> None:
+        """Stops the probe (blocks: up to ~10 s, a Check's timeout and the process's exit)."""
+        self._stop.set()
+        deadline = time.monotonic() + 10
+        # Drained while it exits: a process whose queue is not read may never end.
+        while self._process.is_alive() and time.monotonic() < deadline:
+            self.drain()
+            self._process.join(0.1)
+        if self._process.is_alive():
+            self._process.kill()
+        self.drain()
 
 
 HOSTILE: dict[str, Callable[[Target, threading.Event, Tally], None]] = {

@@ -1,15 +1,17 @@
 """The hostile soak (issue 25): valid load and hostile clients together; does anything valid fail,
 does memory or the descriptor count grow, does health stay fast? Run through soak.py:
 
-    python benchmarks/soak.py --hostile --duration 180 --concurrency 16
+    python benchmarks/soak.py --hostile --duration 180        # make bench-soak-hostile
 
 One ``inferd serve`` (explicit model control, mlp with ``dynamic_batching`` and the decoupled python
 model ``flood``, the ``model-repository`` group restricted by a key no client sends) is driven by
 perf_analyzer on mlp at ``--concurrency`` and by the valid and hostile clients of
 benchmarks/hostile.py, in threads of this process, for ``--duration`` seconds. Every
-``--interval`` seconds (1 in this mode unless given) it samples the server's VmRSS, its python
-workers' (every descendant process, summed), its open descriptors (/proc/PID/fd) and the health
-Check latencies since the last sample. Then the clients stop, and it waits (30 s at most) for the
+``--interval`` seconds (1 in this mode unless given) it samples (benchmarks/hostile_samples.py) the
+server's VmRSS, its python workers' (every descendant process, summed), its open descriptors
+(/proc/PID/fd), the health Check latencies since the last sample (timed in a process of its own)
+and the cores other processes took (other engineers' tests share the machine). Then the clients
+stop, perf_analyzer is killed 5 s after its SIGINT, and it waits (30 s at most) for the
 descriptors to come back before a last sample. Criteria, each failing the run (exit 1): a valid
 request failed (perf_analyzer exiting early, the mlp checker, the flood reader, a health Check);
 a hostile request got an answer it must not get; health p99 >= ``--health-p99-ms`` (100); server
@@ -37,77 +39,26 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import harness
 import hostile
+from hostile_samples import (
+    OtherCpu,
+    Sample,
+    descendants,
+    memory,
+    open_fds,
+    percentile,
+    sample,
+    soft_fd_limit,
+)
 
 THREADS = {"malformed": 1, "near misses": 1, "churn": 2, "silent readers": 2, "stalled": 1}
+WARMUP_S = 10  # health p99 is also reported without the load's first seconds (not a criterion)
 FD_SLACK = 16  # descriptors the server may hold more than at the start once the clients left
-
-
-@dataclass(frozen=True)
-class Sample:
-    seconds: float
-    rss_kib: int | None
-    workers_rss_kib: int
-    workers: int
-    fds: int | None
-    health_p99_ms: float | None  # of the checks since the previous sample
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (the python workers and what they started)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = harness.proc_stat(int(entry))[0]
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def open_fds(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
-
-
-def soft_fd_limit(pid: int) -> int | None:
-    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
-        if line.startswith("Max open files"):
-            return int(line.split()[3])
-    return None
-
-
-def percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def sample(pid: int, seconds: float, health_since: list[float]) -> Sample:
-    workers = descendants(pid)
-    return Sample(
-        seconds=round(seconds, 2),
-        rss_kib=harness.rss_kib(pid),
-        workers_rss_kib=sum(harness.rss_kib(w) or 0 for w in workers),
-        workers=len(workers),
-        fds=open_fds(pid),
-        health_p99_ms=percentile(health_since, 0.99),
-    )
 
 
 def write_repository(args: argparse.Namespace, destination: Path) -> str:
@@ -147,10 +98,20 @@ def start_clients(
                 )
     probe = hostile.HealthProbe()
     tallies["valid: health"] = probe.tally
-    threads.append(threading.Thread(target=probe.run, args=(target, stop), name="health"))
+    probe.start(target.port)
     for thread in threads:
         thread.start()
     return threads, tallies, probe
+
+
+def settled_back(pid: int, start: Sample) -> bool:
+    fds, rss = open_fds(pid), harness.rss_kib(pid)
+    return (
+        fds is not None
+        and fds <= (start.fds or 0) + FD_SLACK
+        and rss is not None
+        and rss <= (start.rss_kib or 0) * 1.1
+    )
 
 
 def stop_load(load: subprocess.Popen[str]) -> None:
@@ -175,7 +136,8 @@ def soak(
 ) -> dict[str, Any]:
     """The load, the clients and the samples; returns what the report needs."""
     pid = server.pid
-    start_sample = sample(pid, 0, [])
+    start_sample = sample(pid, 0, [], None)
+    cpu = OtherCpu()
     stop = threading.Event()
     target = hostile.Target(server.port)
     samples: list[Sample] = []
@@ -184,17 +146,22 @@ def soak(
         load = subprocess.Popen(pa_cmd, env=env, stdout=pa_log, stderr=subprocess.STDOUT, text=True)
         threads, tallies, probe = start_clients(target, stop)
         began = time.monotonic()
-        seen = 0
+        ours = [os.getpid(), load.pid, pid, probe.pid or 0]
+        settled: list[float] = []  # health latencies after the first WARMUP_S
+        cpu.cores(ours)
         try:
             while (now := time.monotonic() - began) < args.duration:
-                latest = probe.latencies_ms[seen:]
-                seen += len(latest)
-                samples.append(sample(pid, now, latest))
+                others = cpu.cores([*ours, *descendants(pid)])
+                latest = probe.drain()
+                samples.append(sample(pid, now, latest, others))
+                if now >= WARMUP_S:
+                    settled += latest
                 last = samples[-1]
                 print(
                     f"  t={now:6.1f} s  RSS {(last.rss_kib or 0) / 1024:7.1f} MiB  workers "
                     f"{last.workers_rss_kib / 1024:7.1f} MiB ({last.workers})  fds {last.fds}  "
-                    f"health p99 {last.health_p99_ms or 0:6.1f} ms",
+                    f"health p99 {last.health_p99_ms or 0:6.1f} ms  "
+                    f"others {last.others_cores or 0:.2f} cores",
                     flush=True,
                 )
                 if server.process.poll() is not None:
@@ -207,17 +174,19 @@ def soak(
         finally:
             stop.set()
             stopping = {"since": time.monotonic()}
+            probe.stop()
             for thread in threads:
                 thread.join(timeout=60)
             failures += [f"client thread {t.name} did not stop" for t in threads if t.is_alive()]
             stopping["clients_s"] = time.monotonic() - stopping["since"]
             stop_load(load)
             stopping["perf_analyzer_s"] = time.monotonic() - stopping["since"]
-    # Once the clients left: the descriptors should come back (30 s at most) and memory with them.
+    # Once the clients left, the descriptors should come back and memory with them: the last
+    # sample waits (30 s at most) for both, RSS within 10% of the start (reported, not a criterion).
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (open_fds(pid) or 0) > (start_sample.fds or 0) + FD_SLACK:
+    while time.monotonic() < deadline and not settled_back(pid, start_sample):
         time.sleep(0.2)
-    after = sample(pid, time.monotonic() - began, [])
+    after = sample(pid, time.monotonic() - began, [], None)
     print(
         f"stopped: clients {stopping['clients_s']:.1f} s, perf_analyzer "
         f"{stopping['perf_analyzer_s']:.1f} s, last sample {after.seconds - args.duration:.1f} s "
@@ -229,44 +198,10 @@ def soak(
         "after": after,
         "tallies": {name: tally.summary() for name, tally in tallies.items()},
         "health_ms": probe.latencies_ms,
+        "health_settled_ms": settled,
         "failures": failures,
         "fd_limit": soft_fd_limit(pid),
     }
-
-
-def window_median(
-    samples: list[Sample], low: float, high: float, value: Callable[[Sample], int | None]
-) -> int | None:
-    """The median of ``value`` over the samples taken from ``low`` to ``high`` seconds: the silent
-    readers' backlogs (up to 64 MiB a stream) make one sample swing by 100 MiB."""
-    values = [v for s in samples if low <= s.seconds <= high and (v := value(s)) is not None]
-    return int(statistics.median(values)) if values else None
-
-
-def memory(
-    samples: list[Sample], start: Sample, after: Sample, at: float, half: float
-) -> dict[str, dict[str, Any]]:
-    """RSS figures of the server and of its workers: at the start (before the load), the median of
-    the samples ``at`` +- ``half`` seconds, the median of the last 2 * ``half`` seconds of load,
-    after the clients left, the peak, and the growth in % from the first median to the second."""
-    end_at = samples[-1].seconds
-    figures = {}
-    values: list[tuple[str, Callable[[Sample], int | None]]] = [
-        ("server", lambda s: s.rss_kib),
-        ("workers", lambda s: s.workers_rss_kib),
-    ]
-    for what, value in values:
-        base = window_median(samples, at - half, at + half, value)
-        end = window_median(samples, end_at - 2 * half, end_at, value)
-        figures[what] = {
-            "start_kib": value(start),
-            "baseline_kib": base,
-            "end_kib": end,
-            "after_clients_left_kib": value(after),
-            "peak_kib": max(value(s) or 0 for s in samples),
-            "growth_percent": (end - base) / base * 100 if base and end else None,
-        }
-    return figures
 
 
 def judge(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
@@ -289,6 +224,7 @@ def judge(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
     if p99 is None or p99 >= args.health_p99_ms:
         failures.append(f"health p99 {p99} ms, not under {args.health_p99_ms} ms")
     fds = [s.fds for s in samples if s.fds is not None]
+    others = [s.others_cores for s in samples if s.others_cores is not None]
     if after.fds is None or after.fds > (start.fds or 0) + FD_SLACK:
         failures.append(f"descriptors {after.fds} once the clients left, {start.fds} at the start")
     if result["fd_limit"] and fds and max(fds) > result["fd_limit"] // 2:
@@ -309,7 +245,13 @@ def judge(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
             "p50": percentile(health, 0.5),
             "p99": p99,
             "max": max(health) if health else None,
+            "p99_after_warmup": percentile(result["health_settled_ms"], 0.99),
         },
+        "others_cores": {
+            "mean": statistics.fmean(others) if others else None,
+            "max": max(others) if others else None,
+        },
+        "load_average_max": max(s.load_average or 0 for s in samples),
     }
 
 
@@ -341,7 +283,11 @@ def report(figures: dict[str, Any], summary: dict[str, Any], out: Path) -> None:
         f"\ndescriptors: start {fds['start']}, max {fds['max']}, end of load {fds['end']}, "
         f"after clients left {fds['after_clients_left']} (limit {fds['limit']})\n"
         f"health: {health['checks']} checks, p50 {health['p50']:.1f} ms, p99 {health['p99']:.1f} "
-        f"ms, max {health['max']:.1f} ms\nserver log records: {summary['log_levels']}"
+        f"ms, max {health['max']:.1f} ms; p99 after the first {WARMUP_S} s "
+        f"{health['p99_after_warmup'] or 0:.1f} ms\nother processes: "
+        f"{figures['others_cores']['mean'] or 0:.2f} cores on average, at most "
+        f"{figures['others_cores']['max'] or 0:.2f}; load average up to "
+        f"{figures['load_average_max']:.2f}\nserver log records: {summary['log_levels']}"
     )
     print(f"written: {out / 'hostile.csv'}, {out / 'hostile.json'}")
 
