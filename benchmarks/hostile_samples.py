@@ -105,21 +105,26 @@ class OtherCpu:
         return max(0.0, ((busy - last[1]) - (mine - last[2])) / ticks)
 
 
-def window_median(
+def window(
     samples: list[Sample], low: float, high: float, value: Callable[[Sample], int | None]
-) -> int | None:
-    """The median of ``value`` over the samples taken from ``low`` to ``high`` seconds: the silent
-    readers' backlogs (up to 64 MiB a stream) make one sample swing by 100 MiB."""
+) -> tuple[int | None, int | None]:
+    """(median, minimum) of ``value`` over the samples taken from ``low`` to ``high`` seconds."""
     values = [v for s in samples if low <= s.seconds <= high and (v := value(s)) is not None]
-    return int(statistics.median(values)) if values else None
+    return (int(statistics.median(values)), min(values)) if values else (None, None)
+
+
+def growth(before: int | None, after: int | None) -> float | None:
+    return (after - before) / before * 100 if before and after else None
 
 
 def memory(
     samples: list[Sample], start: Sample, after: Sample, at: float, half: float
 ) -> dict[str, dict[str, Any]]:
-    """RSS figures of the server and of its workers: at the start (before the load), the median of
-    the samples ``at`` +- ``half`` seconds, the median of the last 2 * ``half`` seconds of load,
-    after the clients left, the peak, and the growth in % from the first median to the second."""
+    """RSS figures of the server and of its workers: at the start (before the load); the median
+    and the floor (minimum) of the samples ``at`` +- ``half`` seconds and of the last 2 * ``half``
+    seconds of load; after the clients left; the peak. ``growth_percent`` compares the floors:
+    the silent readers' backlogs (up to 64 MiB a stream, by design) swing single samples and
+    even 20 s medians by 20%, while what a leak would keep raises the floor too."""
     end_at = samples[-1].seconds
     figures = {}
     values: list[tuple[str, Callable[[Sample], int | None]]] = [
@@ -127,14 +132,17 @@ def memory(
         ("workers", lambda s: s.workers_rss_kib),
     ]
     for what, value in values:
-        base = window_median(samples, at - half, at + half, value)
-        end = window_median(samples, end_at - 2 * half, end_at, value)
+        base, base_floor = window(samples, at - half, at + half, value)
+        end, end_floor = window(samples, end_at - 2 * half, end_at, value)
         figures[what] = {
             "start_kib": value(start),
             "baseline_kib": base,
+            "baseline_floor_kib": base_floor,
             "end_kib": end,
+            "end_floor_kib": end_floor,
             "after_clients_left_kib": value(after),
             "peak_kib": max(value(s) or 0 for s in samples),
-            "growth_percent": (end - base) / base * 100 if base and end else None,
+            "growth_percent": growth(base_floor, end_floor),
+            "median_growth_percent": growth(base, end),
         }
     return figures
