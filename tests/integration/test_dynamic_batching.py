@@ -252,20 +252,26 @@ def test_the_timeout_parameter_shortens_the_queue_timeout(
 
 
 def test_a_deadline_that_passes_in_the_queue_is_never_computed(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    occupy(triton, "slow_plain", answers)
     before = stats(triton, "slow_plain")
+    occupy(triton, "slow_plain", answers)
+    # A second request waits behind the busy one, so the late one queues behind a whole
+    # computation (>= 50 ms), whichever of the two sends a loaded machine delivered first.
+    triton.async_infer(
+        "slow_plain", fp32_input(np.array([[-1.0]], np.float32)), answers.callback("queued")
+    )
+    batching_server.wait_for_pending("slow_plain", 1)
     with pytest.raises(InferenceServerException) as late:
         triton.infer("slow_plain", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.04)
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-    answers.wait(1)
+    answers.wait(2)
     # Long enough for the late request to have been computed had it stayed queued: grpc's own
     # cancellation at the deadline leaves it to the core's deadline, so only that takes it out.
     time.sleep(0.3)
     after = stats(triton, "slow_plain")
-    assert after.execution_count - before.execution_count <= 1  # the busy one, not the late one
+    assert after.execution_count - before.execution_count == 2  # busy and queued, not the late
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 

@@ -24,6 +24,7 @@ from tests.integration.conftest import ServerProcess, running_server
 from tests.integration.ensemble_models import (
     DIAMOND,
     GATHER_CONFIG,
+    MAX_BATCH_SIZE,
     WIDTH,
     InProcess,
     chain_config,
@@ -268,31 +269,35 @@ def test_requested_outputs_and_the_request_id_carry_through(
 
 
 def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, serving: ServerProcess
 ) -> None:
-    # slow computes ~100 ms a row on one instance; a direct request keeps it busy while
-    # slow_chain's second step queues behind it with a 50 ms deadline.
-    busy_done = threading.Event()
+    # slow computes ~100 ms a row on one instance; a direct request of a full batch keeps it busy
+    # and a second waits queued (the two cannot share a batch, so one is computing, whichever a
+    # loaded machine delivered first) while slow_chain's second step queues behind them with a
+    # 50 ms deadline.
+    done: queue.Queue[str] = queue.Queue()
     before_slow = stats(triton, "slow")
     before_chain = stats(triton, "slow_chain")
-    triton.async_infer(
-        "slow",
-        [fp32("INPUT0", np.zeros((1, WIDTH), np.float32))],
-        lambda result, error: busy_done.set(),
-    )
-    time.sleep(0.01)  # the idle worker takes it within microseconds
+    for tag, rows_ in (("busy", MAX_BATCH_SIZE), ("queued", 1)):
+        triton.async_infer(
+            "slow",
+            [fp32("INPUT0", np.zeros((rows_, WIDTH), np.float32))],
+            lambda result, error, tag=tag: done.put(tag),
+        )
+    serving.wait_for_pending("slow", 1)
     with pytest.raises(InferenceServerException) as late:
         triton.infer(
             "slow_chain", [fp32("IN", np.ones((1, WIDTH), np.float32))], client_timeout=0.05
         )
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-    assert busy_done.wait(30)
+    assert {done.get(timeout=30), done.get(timeout=30)} == {"busy", "queued"}
     # Long enough for the late step to have been computed had it stayed queued: only the core's
     # deadline on the queued step takes it out.
     time.sleep(0.3)
     after_slow = stats(triton, "slow")
-    assert after_slow.execution_count - before_slow.execution_count == 1  # the busy one only
-    assert after_slow.inference_count - before_slow.inference_count == 1
+    assert after_slow.execution_count - before_slow.execution_count == 2  # busy and queued only
+    # Rows, as Triton counts them: the busy batch's and the queued one's.
+    assert after_slow.inference_count - before_slow.inference_count == MAX_BATCH_SIZE + 1
     after_chain = stats(triton, "slow_chain")
     assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 
