@@ -116,6 +116,19 @@ def occupy(client: grpcclient.InferenceServerClient, model: str, answers: Answer
     time.sleep(0.01)
 
 
+def fill_two_batches(
+    client: grpcclient.InferenceServerClient, server: ServerProcess, answers: Answers
+) -> None:
+    """Two full batches of slow_batched (16 rows each, over a second of compute each): one
+    computes while the other waits queued, whichever a loaded machine delivered first, and the
+    wait for it has that long to see it. A request sent next queues behind a whole batch."""
+    assert client.is_server_live()
+    full = np.full((16, 1), -1.0, np.float32)
+    for tag in ("busy", "queued"):
+        client.async_infer("slow_batched", fp32_input(full), answers.callback(tag))
+    server.wait_for_pending("slow_batched", 1)
+
+
 def test_concurrent_clients_get_their_own_rows_from_shared_batches(
     triton: grpcclient.InferenceServerClient,
 ) -> None:
@@ -255,22 +268,16 @@ def test_a_deadline_that_passes_in_the_queue_is_never_computed(
     triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    before = stats(triton, "slow_plain")
-    occupy(triton, "slow_plain", answers)
-    # A second request waits behind the busy one, so the late one queues behind a whole
-    # computation (>= 50 ms), whichever of the two sends a loaded machine delivered first.
-    triton.async_infer(
-        "slow_plain", fp32_input(np.array([[-1.0]], np.float32)), answers.callback("queued")
-    )
-    batching_server.wait_for_pending("slow_plain", 1)
+    before = stats(triton, "slow_batched")
+    fill_two_batches(triton, batching_server, answers)
     with pytest.raises(InferenceServerException) as late:
-        triton.infer("slow_plain", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.04)
+        triton.infer("slow_batched", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.04)
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     answers.wait(2)
     # Long enough for the late request to have been computed had it stayed queued: grpc's own
     # cancellation at the deadline leaves it to the core's deadline, so only that takes it out.
     time.sleep(0.3)
-    after = stats(triton, "slow_plain")
+    after = stats(triton, "slow_batched")
     assert after.execution_count - before.execution_count == 2  # busy and queued, not the late
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
@@ -279,23 +286,17 @@ def test_a_cancelled_call_leaves_the_queue(
     triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    before = stats(triton, "slow_plain")
-    occupy(triton, "slow_plain", answers)
-    # One computing and one queued, whichever of the two a loaded machine delivered first: the
-    # request to cancel then queues behind a whole computation.
-    triton.async_infer(
-        "slow_plain", fp32_input(np.array([[-1.0]], np.float32)), answers.callback("queued")
-    )
-    batching_server.wait_for_pending("slow_plain", 1)
+    before = stats(triton, "slow_batched")
+    fill_two_batches(triton, batching_server, answers)
     call = triton.async_infer(
-        "slow_plain", fp32_input(np.array([[1.0]], np.float32)), answers.callback("cancelled")
+        "slow_batched", fp32_input(np.array([[1.0]], np.float32)), answers.callback("cancelled")
     )
-    batching_server.wait_for_pending("slow_plain", 2)
+    batching_server.wait_for_pending("slow_batched", 2)
     call.cancel()
     results = answers.wait(3)
     assert {tag for tag, _, _ in results} == {"busy", "queued", "cancelled"}
     time.sleep(0.05)
-    after = stats(triton, "slow_plain")
+    after = stats(triton, "slow_batched")
     assert after.execution_count - before.execution_count == 2  # busy and queued
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 

@@ -271,14 +271,13 @@ def test_requested_outputs_and_the_request_id_carry_through(
 def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
     triton: grpcclient.InferenceServerClient, serving: ServerProcess
 ) -> None:
-    # slow computes ~100 ms a row on one instance; a direct request of a full batch keeps it busy
-    # and a second waits queued (the two cannot share a batch, so one is computing, whichever a
-    # loaded machine delivered first) while slow_chain's second step queues behind them with a
-    # 50 ms deadline.
+    # slow computes ~100 ms a row on one instance; two direct requests of a full batch each
+    # cannot share one, so one computes (~800 ms) while the other waits queued, whichever a loaded
+    # machine delivered first; slow_chain's second step queues behind them with a 50 ms deadline.
     done: queue.Queue[str] = queue.Queue()
     before_slow = stats(triton, "slow")
     before_chain = stats(triton, "slow_chain")
-    for tag, rows_ in (("busy", MAX_BATCH_SIZE), ("queued", 1)):
+    for tag, rows_ in (("busy", MAX_BATCH_SIZE), ("queued", MAX_BATCH_SIZE)):
         triton.async_infer(
             "slow",
             [fp32("INPUT0", np.zeros((rows_, WIDTH), np.float32))],
@@ -297,7 +296,7 @@ def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
     after_slow = stats(triton, "slow")
     assert after_slow.execution_count - before_slow.execution_count == 2  # busy and queued only
     # Rows, as Triton counts them: the busy batch's and the queued one's.
-    assert after_slow.inference_count - before_slow.inference_count == MAX_BATCH_SIZE + 1
+    assert after_slow.inference_count - before_slow.inference_count == 2 * MAX_BATCH_SIZE
     after_chain = stats(triton, "slow_chain")
     assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 
