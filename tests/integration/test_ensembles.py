@@ -304,31 +304,32 @@ def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
 def test_a_cancelled_call_takes_its_queued_step_out(
     triton: grpcclient.InferenceServerClient, serving: ServerProcess
 ) -> None:
-    # As above, slow_chain's second step waits behind a busy request (3 rows: ~300 ms, time
-    # enough on a loaded machine to see the step queued and cancel it); the client cancels.
+    # As above: two full batches, one computing while the other waits queued, whichever came
+    # first; slow_chain's second step queues behind them (2 pending) and the client cancels it.
     answers: queue.Queue[tuple[str, Any]] = queue.Queue()
     before_slow = stats(triton, "slow")
     before_chain = stats(triton, "slow_chain")
-    triton.async_infer(
-        "slow",
-        [fp32("INPUT0", np.zeros((3, WIDTH), np.float32))],
-        lambda result, error: answers.put(("busy", error)),
-    )
-    time.sleep(0.01)
+    for tag in ("busy", "queued"):
+        triton.async_infer(
+            "slow",
+            [fp32("INPUT0", np.zeros((MAX_BATCH_SIZE, WIDTH), np.float32))],
+            lambda result, error, tag=tag: answers.put((tag, error)),
+        )
+    serving.wait_for_pending("slow", 1)
     call = triton.async_infer(
         "slow_chain",
         [fp32("IN", np.ones((1, WIDTH), np.float32))],
         lambda result, error: answers.put(("cancelled", error)),
     )
-    serving.wait_for_pending("slow", 1)  # pre has answered and the second step is queued
+    serving.wait_for_pending("slow", 2)  # pre has answered and the second step is queued
     call.cancel()
-    results = dict(answers.get(timeout=30) for _ in range(2))
-    assert results["busy"] is None
+    results = dict(answers.get(timeout=30) for _ in range(3))
+    assert results["busy"] is None and results["queued"] is None, results
     assert results["cancelled"] is not None
     assert results["cancelled"].status() == "StatusCode.CANCELLED"
     time.sleep(0.3)  # time enough to compute the step, had it stayed queued
     after_slow = stats(triton, "slow")
-    assert after_slow.execution_count - before_slow.execution_count == 1
+    assert after_slow.execution_count - before_slow.execution_count == 2  # busy and queued only
     after_chain = stats(triton, "slow_chain")
     assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 

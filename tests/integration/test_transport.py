@@ -516,13 +516,16 @@ def test_reflection_client_builds_the_inference_service(server: ServerProcess) -
 # 4 and 6. Message-size limit; deadlines and cancellation (a server with a slow model)
 
 SMALL_LIMIT = 65536
+# The slow model's matrices: ~0.7 s a request on an idle core here, more on a loaded one, a
+# window wide enough to see a request queued behind it.
+BUSY_SIZE = 2560
 
 
 @pytest.fixture(scope="module")
 def limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("limits")
     names = make_examples(root / "models")
-    write_slow_model(root / "models" / "slow", SINGLE_REQUEST_CONFIG)
+    write_slow_model(root / "models" / "slow", SINGLE_REQUEST_CONFIG, size=BUSY_SIZE)
     with running_server(
         root / "models",
         [*names, "slow"],
@@ -580,17 +583,21 @@ def slow_stats(client: grpcclient.InferenceServerClient) -> Any:
     return client.get_inference_statistics("slow").model_stats[0]
 
 
-BUSY = 3  # requests queued ahead of the one under test: ~300 ms of work, or more, before it
+BUSY = 2  # requests ahead of the one under test: one computes while the other waits queued
 
 
-def occupy_slow(client: grpcclient.InferenceServerClient, answers: Answers) -> None:
+def occupy_slow(
+    server: ServerProcess, client: grpcclient.InferenceServerClient, answers: Answers
+) -> None:
     """BUSY requests that keep the slow model's only instance busy, one at a time (max_batch_size
-    1), for far longer than the short deadlines below, even on a loaded machine."""
+    1), for far longer than the short deadlines below. Whichever the server took first, one
+    computes (~0.7 s) while the other is queued: the request under test is sent once that is seen,
+    so it queues behind a whole computation however slowly the machine delivered the calls."""
     for _ in range(BUSY):
         client.async_infer(
             "slow", fp32_row(np.array([[-1.0]], np.float32)), answers.callback("busy")
         )
-    time.sleep(0.01)
+    server.wait_for_pending("slow", BUSY - 1)
 
 
 def assert_slow_serves(client: grpcclient.InferenceServerClient) -> None:
@@ -602,11 +609,13 @@ def assert_slow_serves(client: grpcclient.InferenceServerClient) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_short_deadline_fails_promptly_and_the_late_request_is_not_computed(
-    limits_client: grpcclient.InferenceServerClient, assert_serving: SimpleCheck
+    limits_server: ServerProcess,
+    limits_client: grpcclient.InferenceServerClient,
+    assert_serving: SimpleCheck,
 ) -> None:
     answers = Answers()
-    occupy_slow(limits_client, answers)
     before = slow_stats(limits_client)
+    occupy_slow(limits_server, limits_client, answers)
     started = time.monotonic()
     with pytest.raises(InferenceServerException) as late:
         limits_client.infer("slow", fp32_row(np.array([[1.0]], np.float32)), client_timeout=0.05)
@@ -617,7 +626,7 @@ def test_a_short_deadline_fails_promptly_and_the_late_request_is_not_computed(
         assert error is None and busy is not None, error
     time.sleep(0.05)
     after = slow_stats(limits_client)
-    assert after.execution_count - before.execution_count <= BUSY  # not the late one
+    assert after.execution_count - before.execution_count == BUSY  # not the late one
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
     assert_slow_serves(limits_client)
     assert_serving(limits_client)
@@ -630,8 +639,8 @@ def test_a_cancelled_call_is_dropped_and_the_server_keeps_serving(
     assert_serving: SimpleCheck,
 ) -> None:
     answers = Answers()
-    occupy_slow(limits_client, answers)
     before = slow_stats(limits_client)
+    occupy_slow(limits_server, limits_client, answers)
     call = limits_client.async_infer(
         "slow", fp32_row(np.array([[1.0]], np.float32)), answers.callback("cancelled")
     )
@@ -644,7 +653,7 @@ def test_a_cancelled_call_is_dropped_and_the_server_keeps_serving(
     assert cancelled is not None and status_of(cancelled) == "StatusCode.CANCELLED", cancelled
     time.sleep(0.05)
     after = slow_stats(limits_client)
-    assert after.execution_count - before.execution_count <= BUSY  # not the cancelled one
+    assert after.execution_count - before.execution_count == BUSY  # not the cancelled one
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
     assert_slow_serves(limits_client)
     assert_serving(limits_client)
