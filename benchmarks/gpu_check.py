@@ -162,7 +162,7 @@ class Engine:
 
 def _inferd_executor(placement: Any, accelerator: Any) -> Callable[[Model, Path], Any]:
     def make(model: Model, path: Path) -> Callable[[np.ndarray], np.ndarray]:
-        from inferd.batching import HostBufferPool
+        from inferd.core import HostBufferPool
         from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions
 
         executor = OnnxRuntimeExecutor(
@@ -214,7 +214,7 @@ def _native_tensorrt(precision: str) -> Callable[[Model, Path], Any]:
         from google.protobuf import text_format
 
         import inferd._proto.model_config_pb2 as model_config_pb2
-        from inferd.batching import HostBufferPool
+        from inferd.core import HostBufferPool
         from inferd.executors import OnnxRuntimeOptions
         from inferd.executors.selection import create_executors
         from inferd.repository import GpuAccelerator, InstancePlacement
@@ -248,7 +248,7 @@ def _native_tensorrt(precision: str) -> Callable[[Model, Path], Any]:
 def engines() -> list[Engine]:
     import onnxruntime as ort
 
-    from inferd.batching import cuda_device_count, cuda_runtime_description
+    from inferd.core import cuda_device_count, cuda_runtime_description
     from inferd.repository import GpuAccelerator, InstancePlacement
 
     providers = ort.get_available_providers()
@@ -517,7 +517,7 @@ def cuda_shared_memory(tmp: Path, seconds: float, clients: int) -> dict[str, Any
 
     import inferd._proto.grpc_service_pb2 as pb
     import inferd._proto.grpc_service_pb2_grpc as pb_grpc
-    from inferd.batching import cuda_device_count, cuda_runtime_description
+    from inferd.core import cuda_device_count, cuda_runtime_description
 
     report: dict[str, Any] = {"checks": [], "throughput": []}
     runtime, client = client_runtime()

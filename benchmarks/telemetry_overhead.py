@@ -15,7 +15,7 @@ import time
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from inferd.batching import CoreTiming
+from inferd.core import CoreTiming
 from inferd.observability.logging import LogControl
 from inferd.observability.metrics import InferenceMetrics
 from inferd.observability.telemetry import Telemetry

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inferd.batching import CoreTiming, WireRequest, parse_infer_request
+from inferd.core import CoreTiming, WireRequest, parse_infer_request
 from inferd.errors import InferdError, InvalidArgument, Unimplemented
 from inferd.models import LoadedModel, ModelRegistry
 

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 import inferd._proto.grpc_service_pb2 as grpc_service_pb2
 from inferd._proto import POOL
-from inferd.batching import (
+from inferd.core import (
     CompletionDispatcher,
     EnsembleScheduler,
     HostBufferPool,
@@ -43,10 +43,10 @@ from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics,
 from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
-from inferd.python_backend.bls import DataPlaneModelCaller
 from inferd.repository import ModelRepository
 from inferd.settings import ServerSettings
 from inferd.shared_memory import SharedMemory
+from inferd.transport.bls import DataPlaneModelCaller
 from inferd.transport.core_server import (
     BackendSocket,
     CoreGrpcServer,

@@ -13,7 +13,7 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
-import inferd._core as _core
+from inferd.core import SharedMemoryRegistry
 from inferd.errors import Unimplemented, error_for_code
 
 
@@ -61,7 +61,7 @@ class SharedMemory:
             SharedMemoryKind.SYSTEM: mode in ("system", "all"),
             SharedMemoryKind.CUDA: mode in ("cuda", "all"),
         }
-        self.core = _core.SharedMemoryRegistry(
+        self.core = SharedMemoryRegistry(
             self._enabled[SharedMemoryKind.SYSTEM],
             self._enabled[SharedMemoryKind.CUDA],
             max_regions,

@@ -3,7 +3,7 @@ preserve_ordering on a stream, the pad value and the slicing of padded outputs, 
 of single priority levels, and the failure reasons of ``nv_inference_request_failure``.
 
 Each test is built so that the setting decides its outcome: dropping the setting on its way to
-the core (``inferd.batching.core._core_options``) makes the test fail. Queueing is made
+the core (``inferd.core.scheduler._core_options``) makes the test fail. Queueing is made
 observable with the slow models of ``slow_model.py`` (work that scales with the rows: about 10 ms
 a row at size 512 and 80 ms at size 1024 on one thread), which keep an instance busy while later
 requests wait.

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 import inferd._proto.model_config_pb2 as model_config_pb2
-from inferd.batching import cuda_device_count
+from inferd.core import cuda_device_count
 from tests.integration.conftest import ServerProcess, running_server
 
 FULL_CONFIG = """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.batching.core import _core_options
+from inferd.core.scheduler import _core_options
 from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import OnnxRuntimeOptions
 from inferd.repository import batching_policy, instance_placements

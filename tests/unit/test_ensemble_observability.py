@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import inferd._core as _core
-from inferd.batching import CoreTiming
+from inferd.core import CoreTiming
 from inferd.observability.logging import LogControl
 from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics, ModelCounters
 from inferd.observability.telemetry import Telemetry

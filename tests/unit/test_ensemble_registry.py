@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import inferd._proto.grpc_service_pb2 as pb
-from inferd.batching import CompletionDispatcher, CoreTiming, EnsembleScheduler, HostBufferPool
+from inferd.core import CompletionDispatcher, CoreTiming, EnsembleScheduler, HostBufferPool
 from inferd.dataplane import DataPlane
 from inferd.errors import ModelLoadError, Unavailable
 from inferd.executors import OnnxRuntimeOptions

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool, pinned_array
+from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool, pinned_array
 from inferd.errors import InvalidArgument
 from inferd.examples import make_examples
 from inferd.executors.iobinding import IoBindingRunner

@@ -26,7 +26,7 @@ PACKAGE = Path(inferd.__file__).parent
 @pytest.mark.parametrize(
     "first",
     [
-        "inferd.batching",
+        "inferd.core",
         "inferd.executors",
         "inferd.executors.staging",
         "inferd.executors.tensorrt",
@@ -86,3 +86,82 @@ def test_only_pipelined_executors_define_stage() -> None:
             OnnxRuntimeOptions(1, 1),
             placement=InstancePlacement("cpu"),
         )
+
+
+def _imported_modules(path: Path, *, runtime_only: bool) -> list[str]:
+    """The inferd modules ``path`` imports; with ``runtime_only``, not those under ``if
+    TYPE_CHECKING:``, which only the type checker reads."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skipped.update(id(inner) for inner in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return [name for name in found if name == "inferd" or name.startswith("inferd.")]
+
+
+def _sources() -> list[tuple[str, Path]]:
+    """Each module of the package, by its dotted name."""
+    return [
+        (".".join(("inferd", *path.relative_to(PACKAGE).with_suffix("").parts)), path)
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def test_only_the_core_package_imports_the_native_module() -> None:
+    """``inferd.core`` is the one door to ``inferd._core`` at run time; type annotations may name
+    the native module's types elsewhere."""
+    outside = [
+        f"{name} imports {imported}"
+        for name, path in _sources()
+        if not name.startswith("inferd.core.") and name != "inferd.core"
+        for imported in _imported_modules(path, runtime_only=True)
+        if imported == "inferd._core" or imported.startswith("inferd._core.")
+    ]
+    assert outside == []
+
+
+def _part(module: str) -> str:
+    """The package's part a module belongs to: its first-level subpackage or module."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_the_parts_of_the_package_import_one_another_without_a_circle() -> None:
+    """Every import counts here, type-only and deferred ones too: a part that names another's
+    types depends on it as much as one that calls it."""
+    leaves = {"inferd", "inferd._core", "inferd._proto", "inferd.__main__"}
+    known = {_part(name) for name, _ in _sources()}
+    edges: dict[str, set[str]] = {}
+    for name, path in _sources():
+        for imported in _imported_modules(path, runtime_only=False):
+            target = _part(imported)
+            if target != _part(name) and target in known and target not in leaves:
+                edges.setdefault(_part(name), set()).add(target)
+
+    def circle_from(start: str) -> list[str] | None:
+        path: list[str] = []
+
+        def visit(node: str) -> list[str] | None:
+            if node in path:
+                return [*path[path.index(node) :], node]
+            path.append(node)
+            for target in sorted(edges.get(node, ())):
+                found = visit(target)
+                if found is not None:
+                    return found
+            path.pop()
+            return None
+
+        return visit(start)
+
+    circles = {" -> ".join(c) for start in sorted(edges) if (c := circle_from(start)) is not None}
+    assert circles == set()

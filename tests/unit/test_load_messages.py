@@ -17,7 +17,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper, numpy_helper
 
 import inferd._proto.model_config_pb2 as model_config_pb2
-from inferd.batching import CompletionDispatcher, HostBufferPool, cuda_device_count
+from inferd.core import CompletionDispatcher, HostBufferPool, cuda_device_count
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions, selection

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.core import CompletionDispatcher, HostBufferPool
 from inferd.errors import ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions

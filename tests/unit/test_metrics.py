@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Summary, ge
 from prometheus_client.parser import text_string_to_metric_families
 
 import inferd._core as _core
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.core import CompletionDispatcher, HostBufferPool
 from inferd.errors import ErrorCode, ModelLoadError
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import inferd._core as _core
-from inferd.batching import CoreTiming
+from inferd.core import CoreTiming
 from inferd.errors import ErrorCode, InvalidArgument
 from inferd.observability.logging import LogControl, apply_log_settings
 from inferd.observability.metrics import InferenceMetrics, ModelCounters

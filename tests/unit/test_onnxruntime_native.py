@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from structlog.testing import capture_logs
 
-from inferd.batching import (
+from inferd.core import (
     BatchingPolicy,
     CompletionDispatcher,
     CoreTensor,
@@ -26,7 +26,7 @@ from inferd.batching import (
     ModelScheduler,
     core_signature,
 )
-from inferd.batching.onnxruntime import load_onnxruntime
+from inferd.core.onnxruntime import load_onnxruntime
 from inferd.datatypes import DATATYPES, Datatype, serialize_bytes
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
 from inferd.examples import IR_VERSION, OPSET, make_examples

@@ -10,10 +10,10 @@ from inferd.python_backend.bls import (
     CALL_CHAIN_PARAMETER,
     ModelCall,
     call_chain,
-    encode_call,
     split_chain,
 )
 from inferd.python_backend.process import PythonRequest
+from inferd.transport.bls import encode_call
 
 
 def test_a_call_carries_its_chain_as_a_request_parameter() -> None:

@@ -25,12 +25,13 @@ import pytest
 import inferd._proto.grpc_service_pb2 as pb
 from inferd import errors
 from inferd.python_backend import ipc
-from inferd.python_backend.bls import ModelCall, ModelOutputs, decode_answer, encode_call
+from inferd.python_backend.bls import ModelCall, ModelOutputs
 from inferd.python_backend.process import (
     PythonModelProcess,
     PythonRequest,
     PythonResponse,
 )
+from inferd.transport.bls import decode_answer, encode_call
 from tests.unit.test_python_worker import _spec
 
 REPEAT = """

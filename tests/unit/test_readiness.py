@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.core import CompletionDispatcher, HostBufferPool
 from inferd.errors import ModelLoadError
 from inferd.examples import write_identity_model
 from inferd.executors import OnnxRuntimeOptions

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import inferd._proto.grpc_service_pb2 as pb
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.core import CompletionDispatcher, HostBufferPool
 from inferd.dataplane import DataPlane
 from inferd.errors import ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples

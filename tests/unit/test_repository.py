@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferd.batching import BatchingPolicy, QueuePolicy
+from inferd.core import BatchingPolicy, QueuePolicy
 from inferd.errors import InvalidArgument, ModelLoadError, NotFound
 from inferd.examples import make_examples, write_identity_model
 from inferd.repository import ModelRepository, batching_policy, load_model_config

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
+from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
 from inferd.executors.selection import create_executors
 from inferd.executors.tensorrt import (

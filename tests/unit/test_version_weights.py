@@ -12,7 +12,7 @@ import pytest
 
 from inferd._core import choose_weighted_version
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import CompletionDispatcher, HostBufferPool
+from inferd.core import CompletionDispatcher, HostBufferPool
 from inferd.errors import ModelLoadError
 from inferd.examples import write_identity_model
 from inferd.executors import OnnxRuntimeOptions

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import inferd._proto.grpc_service_pb2 as pb
-from inferd.batching import (
+from inferd.core import (
     BatchingPolicy,
     CompletionDispatcher,
     HostBufferPool,

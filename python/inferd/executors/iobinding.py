@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
+from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import InvalidArgument
 from inferd.executors.staging import InputStager, copy_back
 

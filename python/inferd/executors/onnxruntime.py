@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
+from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import InferdError, Internal, InvalidArgument, ModelLoadError
 from inferd.executors.iobinding import IoBindingRunner
 from inferd.executors.runtime_messages import without_source_locations
@@ -124,7 +124,7 @@ def load_failure(model: str, model_path: Path, reason: str) -> ModelLoadError:
 
 class OnnxRuntimeExecutor:
     """Runs an ONNX model with ONNX Runtime: the CPU provider, or CUDA (and TensorRT) for an
-    instance placed on a GPU. See ``inferd.batching.Executor``. ``model``, the model's
+    instance placed on a GPU. See ``inferd.core.Executor``. ``model``, the model's
     name, makes load failures name the model and version rather than ``model_path``.
 
     ONNX Runtime's Python API takes strings as ``str``, so BYTES inputs must be UTF-8 (anything
@@ -246,7 +246,7 @@ class OnnxRuntimeExecutor:
 
 class StagingOnnxRuntimeExecutor(OnnxRuntimeExecutor):
     """A GPU instance of ``OnnxRuntimeExecutor`` whose batches the core pipelines (see
-    ``inferd.batching.StagingExecutor``): ``stage`` queues a batch's input copies on the copy
+    ``inferd.core.StagingExecutor``): ``stage`` queues a batch's input copies on the copy
     stream one batch ahead. Only GPU instances are made of this class, so a CPU instance has no
     ``stage`` for the core to call. An ``OnnxRuntimeExecutor`` on a GPU, used on its own, copies
     its inputs inline instead."""

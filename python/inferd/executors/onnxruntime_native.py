@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from inferd.batching.onnxruntime import OnnxRuntimeSession, load_onnxruntime
+from inferd.core.onnxruntime import OnnxRuntimeSession, load_onnxruntime
 from inferd.errors import error_for_code
 from inferd.executors.onnxruntime import OnnxRuntimeOptions, load_failure
 
@@ -60,7 +60,7 @@ def native_onnxruntime() -> NativeOnnxRuntime:
 
 class NativeOnnxRuntimeExecutor:
     """Runs an ONNX model with ONNX Runtime's CPU provider in the core. See
-    ``inferd.batching.Executor``; ``core_session`` is what the core's scheduler runs (the
+    ``inferd.core.Executor``; ``core_session`` is what the core's scheduler runs (the
     scheduler then never calls ``execute``, which is here for warm-up).
 
     ONNX Runtime's C API takes any bytes as a string element; requests whose BYTES are not UTF-8

@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import CudaStream, DeviceBufferPool, Executor, HostBufferPool
+from inferd.core import CudaStream, DeviceBufferPool, Executor, HostBufferPool
 from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import (
     OnnxRuntimeExecutor,

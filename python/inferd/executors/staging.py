@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.batching import (
+from inferd.core import (
     CudaEvent,
     CudaStream,
     DeviceBuffer,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from inferd.batching import CudaStream, DeviceBufferPool, HostBufferPool
+from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
 from inferd.executors.runtime_messages import without_source_locations
 from inferd.executors.staging import InputStager, copy_back
@@ -121,7 +121,7 @@ def cached_engine(path: Path, build: Any) -> bytes:
 
 class TensorRtExecutor:
     """One TensorRT execution context on one instance stream, pipelined: a
-    ``inferd.batching.StagingExecutor``."""
+    ``inferd.core.StagingExecutor``."""
 
     def __init__(
         self,

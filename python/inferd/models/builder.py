@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
-from inferd.batching import (
+from inferd.core import (
     CompletionDispatcher,
     CoreEnsembleStep,
     EnsembleScheduler,

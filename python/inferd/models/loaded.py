@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import EnsembleScheduler, ModelScheduler
+from inferd.core import EnsembleScheduler, ModelScheduler
 from inferd.datatypes import Datatype
 
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from inferd._core import choose_weighted_version
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching import (
+from inferd.core import (
     CompletionDispatcher,
     EnsembleScheduler,
     HostBufferPool,
     SchedulerDirectory,
+    choose_weighted_version,
 )
 from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions

@@ -13,7 +13,7 @@ import numpy as np
 import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
-from inferd.batching import Executor
+from inferd.core import Executor
 from inferd.datatypes import BY_CONFIG_TYPE, Datatype
 from inferd.errors import Cancelled, ModelLoadError
 

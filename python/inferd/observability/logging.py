@@ -72,10 +72,10 @@ _ONNXRUNTIME_SEVERITY = {"debug": 1, "info": 2, "warning": 2, "error": 3, "criti
 
 def _apply_to_other_loggers(control: LogControl) -> None:
     logging.getLogger().setLevel(logging.getLevelNamesMapping()[control.level.upper()])
-    from inferd import _core
+    from inferd import core  # deferred: the core package's modules log through this one
 
-    _core.set_core_logging(_CORE_LEVEL[control.level], control.json)
-    _core.set_onnxruntime_logging(_ONNXRUNTIME_SEVERITY[control.level])
+    core.set_core_logging(_CORE_LEVEL[control.level], control.json)
+    core.set_onnxruntime_logging(_ONNXRUNTIME_SEVERITY[control.level])
 
 
 class _StructlogHandler(logging.Handler):

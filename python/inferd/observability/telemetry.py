@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from inferd.batching import CoreTiming
+from inferd.core import CoreTiming
 from inferd.errors import ErrorCode, InferdError
 from inferd.observability.logging import (
     REQUEST_METADATA,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
+from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import ModelLoadError
 from inferd.repository.ranges import MAX_PRIORITY_LEVELS, MAX_QUEUE_DELAY_US, check_range

@@ -1,6 +1,6 @@
 """Protocol messages <-> inferd's model, statistics and settings types: the only place that reads
 or builds ``inference.*`` messages' model fields. Inference requests and responses are not here:
-the core parses and writes those bytes itself (``inferd.batching.parse_infer_request``)."""
+the core parses and writes those bytes itself (``inferd.core.parse_infer_request``)."""
 
 from __future__ import annotations
 

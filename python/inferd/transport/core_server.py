@@ -24,8 +24,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-import inferd._core as _core
 import inferd._proto.grpc_service_pb2 as pb
+from inferd.core import GrpcServer, SharedMemoryRegistry, TraceSampling
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.observability.telemetry import Telemetry
@@ -57,7 +57,7 @@ class TransportOptions:
     max_inflight_bytes: int = 0
     # The server's regions (None: shared memory off), served on the Unix socket, and on TCP too
     # with shared_memory_on_tcp (--shared-memory-listeners all).
-    shared_memory: _core.SharedMemoryRegistry | None = None
+    shared_memory: SharedMemoryRegistry | None = None
     shared_memory_on_tcp: bool = False
 
 
@@ -237,7 +237,7 @@ class CoreGrpcServer:
 
     def __init__(self, options: TransportOptions, backend_address: str) -> None:
         try:
-            self._server = _core.GrpcServer(
+            self._server = GrpcServer(
                 options.addresses,
                 backend_address,
                 options.max_message_bytes,
@@ -282,9 +282,9 @@ class CoreGrpcServer:
         inferences it samples do; ``weights``: (model, [(version, weight)]) routing the
         inferences that name no version of that model."""
         sampling = (
-            _core.TraceSampling(True, tracing.parent_based, tracing.ratio)
+            TraceSampling(True, tracing.parent_based, tracing.ratio)
             if tracing is not None
-            else _core.TraceSampling()
+            else TraceSampling()
         )
         self._server.publish(live, ready, accepting, forward_inference, sampling, routes, weights)
 

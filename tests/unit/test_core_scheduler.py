@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import inferd._core as _core
-from inferd.batching import (
+from inferd.core import (
     BatchingPolicy,
     CompletionDispatcher,
     CoreTiming,
@@ -20,8 +20,8 @@ from inferd.batching import (
     ModelScheduler,
     core_signature,
 )
-from inferd.batching.core import check_status_codes
-from inferd.batching.policy import Padding, QueuePolicy
+from inferd.core.policy import Padding, QueuePolicy
+from inferd.core.scheduler import check_status_codes
 from inferd.errors import InvalidArgument, Unavailable
 
 INT32 = 8  # DataType code of INT32 (TYPE_INT32)

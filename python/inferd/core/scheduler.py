@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import structlog
 
 import inferd._core as _core
-from inferd.batching.executor import Executor
-from inferd.batching.policy import BatchingPolicy, Padding, QueuePolicy
+from inferd.core.executor import Executor
+from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import inferd._core as _core
-from inferd.batching.core import (
+from inferd.core.executor import Executor
+from inferd.core.policy import BatchingPolicy
+from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
     ModelScheduler,
@@ -24,8 +26,6 @@ from inferd.batching.core import (
     WireRequest,
     run_parsed_request,
 )
-from inferd.batching.executor import Executor
-from inferd.batching.policy import BatchingPolicy
 
 if TYPE_CHECKING:
     from inferd._core import SharedMemoryRegistry

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import inferd._core as _core
-from inferd.batching.core import HostBufferPool
+from inferd.core.scheduler import HostBufferPool
 
 CudaEvent = _core.CudaEvent
 CudaStream = _core.CudaStream
