@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import signal
@@ -25,7 +26,7 @@ from inferd import __version__
 from inferd.errors import InferdError
 from inferd.observability.logging import LogControl, configure_logging
 from inferd.observability.open_files import raise_open_file_limit
-from inferd.settings import ServerSettings, setting_fields
+from inferd.settings import SECTIONS, ServerSettings, section_fields, setting_fields
 
 log = structlog.get_logger(__name__)
 
@@ -89,10 +90,11 @@ class StartupError(Exception):
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (its usage would be dozens): ``--help`` has it."""
+    """argparse, but a bad flag is one line (its usage would be dozens) that points to
+    ``--help``, which has the usage."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # A repeatable flag's INFERD_* variable holds its values separated by this.
@@ -100,41 +102,49 @@ _REPEATED_SEPARATOR = ";"
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    for f in setting_fields():
-        flag = "--" + f.name.replace("_", "-")
-        env = "INFERD_" + f.name.upper()
-        if f.type == "bool":
-            parser.add_argument(
-                flag,
-                type=_bool,
-                nargs="?",
-                const=True,
-                metavar="{true,false}",
-                default=_bool(os.environ.get(env, str(f.default))),
-                help=f"{f.metadata['help']} [env {env}; default {str(f.default).lower()}]",
-            )
-            continue
-        if f.type == "tuple[str, ...]":
-            from_env = os.environ.get(env, "")
-            parser.add_argument(
-                flag,
-                action="append",
-                default=[v for v in from_env.split(_REPEATED_SEPARATOR) if v],
-                help=f"{f.metadata['help']} [env {env}]",
-            )
-            continue
-        kind: Any = f.type if f.type in ("int", "float", "str") else "str"
-        convert = {"int": int, "float": float, "str": str}.get(str(kind), str)
-        # argparse converts a default that is a string (an INFERD_* value) as it converts a flag.
-        default = os.environ.get(env, f.default)
-        choices = f.metadata["choices"]
+    """Every setting's flag, under its section's heading (the sections of docs/settings.md)."""
+    for section in SECTIONS:
+        group = parser.add_argument_group(section)
+        for f in section_fields(section):
+            _add_setting_flag(group, f)
+
+
+def _add_setting_flag(parser: argparse._ArgumentGroup, f: dataclasses.Field[object]) -> None:
+    """One setting's flag; its default is its INFERD_* variable's value, else the field's."""
+    flag = "--" + f.name.replace("_", "-")
+    env = "INFERD_" + f.name.upper()
+    if f.type == "bool":
         parser.add_argument(
             flag,
-            type=_CONVERTERS.get(f.name, convert),
-            default=default,
-            choices=choices or None,
-            help=f"{f.metadata['help']} [env {env}; default {f.default}]",
+            type=_bool,
+            nargs="?",
+            const=True,
+            metavar="{true,false}",
+            default=_bool(os.environ.get(env, str(f.default))),
+            help=f"{f.metadata['help']} [env {env}; default {str(f.default).lower()}]",
         )
+        return
+    if f.type == "tuple[str, ...]":
+        from_env = os.environ.get(env, "")
+        parser.add_argument(
+            flag,
+            action="append",
+            default=[v for v in from_env.split(_REPEATED_SEPARATOR) if v],
+            help=f"{f.metadata['help']} [env {env}]",
+        )
+        return
+    kind: Any = f.type if f.type in ("int", "float", "str") else "str"
+    convert = {"int": int, "float": float, "str": str}.get(str(kind), str)
+    # argparse converts a default that is a string (an INFERD_* value) as it converts a flag.
+    default = os.environ.get(env, f.default)
+    choices = f.metadata["choices"]
+    parser.add_argument(
+        flag,
+        type=_CONVERTERS.get(f.name, convert),
+        default=default,
+        choices=choices or None,
+        help=f"{f.metadata['help']} [env {env}; default {f.default}]",
+    )
 
 
 def _settings(args: argparse.Namespace) -> ServerSettings:
@@ -165,8 +175,8 @@ def _check_startup(settings: ServerSettings) -> None:
         runtime = None
     if runtime is None:
         raise StartupError(
-            "ONNX Runtime is not installed: pip install onnxruntime (CPU), or see the README's "
-            "Install section for the GPU build"
+            "ONNX Runtime is not installed: pip install onnxruntime (CPU), or see docs/deploy.md "
+            "(Install) for the GPU build"
         )
 
 
@@ -343,11 +353,33 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(prog="inferd", description=__doc__)
+_DESCRIPTION = """\
+inferd serves ONNX, TensorRT and Triton python-backend models over gRPC, with the KServe v2 /
+Triton protocol (no HTTP/REST yet): tritonclient and perf_analyzer work unchanged.
+'inferd COMMAND --help' shows a command's flags; docs/ in the source tree explains them."""
+
+_SERVE_DESCRIPTION = """\
+Serve a model repository (the Triton layout) over gRPC. Every flag is also read from the
+environment as INFERD_<NAME> (--grpc-port: INFERD_GRPC_PORT); the flag wins. The flags are grouped
+as docs/settings.md describes them."""
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``inferd`` parser and its commands' parsers, by name."""
+    parser = _OneLineParser(
+        prog="inferd",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"inferd {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="Serve a model repository over gRPC.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="Serve a model repository over gRPC.",
+        description=_SERVE_DESCRIPTION,
+        usage="%(prog)s [--model-repository DIR] [--grpc-port PORT] [OPTION ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_setting_flags(serve)
     health = commands.add_parser(
         "health",
@@ -356,7 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     _add_health_flags(health)
     examples = commands.add_parser("make-examples", help="Write the example model repository.")
     examples.add_argument("dir", type=Path, help="Folder to write the repository into.")
-    args = parser.parse_args(argv)
+    return parser, {"serve": serve, "health": health, "make-examples": examples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, commands = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse reports them as the top parser's (``inferd: error``); the mistake is in the
+        # command's flags, and its --help lists them.
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
 
     if args.command == "make-examples":
         from inferd.examples import make_examples

@@ -1,10 +1,14 @@
-"""``inferd serve``'s process: signals."""
+"""``inferd``'s command line: ``serve``'s process and signals, and what the parser tells a user."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+from inferd import cli
 
 # Runs cli._serve with a stand-in server whose start() receives SIGTERM (as a process might while
 # its models load, or right after it logged "server started"): the server must still be stopped
@@ -39,3 +43,45 @@ def test_a_sigterm_during_start_stops_the_server_cleanly() -> None:
         [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def _error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``inferd ARGV`` writes to stderr when argparse refuses it (exit status 2)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_an_unknown_serve_flag_is_reported_by_serve_pointing_to_its_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = _error_line(["serve", "--grpc-prot", "9001"], capsys)
+    assert line == (
+        "inferd serve: error: unrecognized arguments: --grpc-prot 9001 (see inferd serve --help)"
+    )
+
+
+def test_a_bad_value_and_an_unknown_health_flag_point_to_their_command_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = _error_line(["serve", "--log-level", "loud"], capsys)
+    assert line.startswith("inferd serve: error: argument --log-level: invalid choice: 'loud'")
+    assert line.endswith("(see inferd serve --help)")
+    line = _error_line(["health", "--adress", "x"], capsys)
+    assert (
+        line
+        == "inferd health: error: unrecognized arguments: --adress x (see inferd health --help)"
+    )
+
+
+def test_inferd_help_says_what_inferd_serves_not_how_the_module_is_written(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    assert "gRPC" in text and "no HTTP/REST yet" in text
+    assert "``" not in text  # a docstring's markup: what a developer reads, not a user
