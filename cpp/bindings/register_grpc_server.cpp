@@ -162,6 +162,9 @@ void register_grpc_server(py::module_& m) {
   m.def(
       "grpc_status_code", [](StatusCode code) { return grpc_code(code); }, py::arg("code"),
       "The gRPC status code the core's transport answers for a StatusCode.");
+  m.def("shown_message", &shown_message, py::arg("message"),
+        "A status message as a client is shown it: message, or its first whole UTF-8 characters and an ellipsis, "
+        "within the transport's limit (kMaxStatusMessageBytes).");
 }
 
 }  // namespace inferd::python

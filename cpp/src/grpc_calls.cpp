@@ -420,17 +420,6 @@ class InferCall final : public UnaryCall, public CompletionSink {
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     std::shared_ptr<const ModelRoute> route =
         snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
-    // Refused here, before the Python path could take it (which answers once per request too).
-    if (route != nullptr && route->signature != nullptr && route->signature->decoupled) {
-      route_ = route;
-      const Status refused = Status::Error(
-          StatusCode::kUnimplemented, "model '" + route->model +
-                                          "' is decoupled (model_transaction_policy { decoupled: true }): ModelInfer "
-                                          "answers one response per request; use ModelStreamInfer");
-      count_failure(refused, parsed.id);
-      fail(to_grpc_status(refused));
-      return;
-    }
     bool sampled;
     if (sent_to_python(*snapshot, *context_, &sampled)) {
       forward(sampled);

@@ -191,6 +191,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   // One response of a decoupled model's request before its final one (on a core worker thread).
   // A response that does not fit (see the class comment) fails the request: one error answer,
   // the request cancelled in the core, and its later responses and final answer dropped.
+  bool streams_responses() const override { return true; }
+
   void respond(const InferenceRequest& request, RequestResult&& response) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);

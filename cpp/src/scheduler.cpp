@@ -230,6 +230,15 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
 Scheduler::~Scheduler() { shutdown(ShutdownMode::kDrain); }
 
 Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
+  // Decided here for every transport and caller: only a caller that streams responses can take
+  // a request that may be answered many times.
+  if (request->signature != nullptr && request->signature->decoupled &&
+      (request->sink == nullptr || !request->sink->streams_responses())) {
+    return Status::Error(StatusCode::kUnimplemented,
+                         "model '" + options_.model_name +
+                             "' is decoupled (model_transaction_policy { decoupled: true }): ModelInfer answers one "
+                             "response per request; use ModelStreamInfer");
+  }
   for (size_t i = 0; !request->checked && i < request->inputs.size(); ++i) {
     Status valid = validate_tensor(request->inputs[i]);
     if (!valid.ok()) {

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferd.core import CoreTiming, WireRequest, parse_infer_request
-from inferd.errors import InferdError, InvalidArgument, Unimplemented
+from inferd.errors import InferdError, InvalidArgument
 from inferd.models import LoadedModel, ModelRegistry
 
 if TYPE_CHECKING:
@@ -59,12 +59,6 @@ class DataPlane:
         except ValueError as e:
             raise InvalidArgument(str(e)) from None
         model = self._registry.route(request.model_name, request.model_version, routing_key)
-        if model.config.model_transaction_policy.decoupled:
-            # The core's own ModelInfer refuses it the same way; its stream serves it.
-            raise Unimplemented(
-                f"model {model.name!r} is decoupled (model_transaction_policy {{ decoupled: true "
-                "}): ModelInfer answers one response per request; use ModelStreamInfer"
-            )
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:

@@ -1,8 +1,9 @@
 """The errors inferd answers with, independent of any transport.
 
 Each error names what went wrong from the caller's point of view; ``code`` says what the caller
-can do about it. The transport maps codes to its own status codes in one table
-(``inferd.transport.status``); nothing else does.
+can do about it. A transport maps codes to its own status codes in one table, the core's
+(``grpc_code`` in cpp/src/grpc_calls.cpp, which ``inferd.transport.status`` asks); nothing else
+does.
 """
 
 from __future__ import annotations

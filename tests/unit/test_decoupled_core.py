@@ -345,3 +345,18 @@ def test_a_forwarded_answer_carries_the_final_flag_when_asked(forwarding: str) -
     assert flagged.infer_response.raw_output_contents == [np.array([41], np.int32).tobytes()]
     assert plain.infer_response.id == "r2"
     assert FINAL not in plain.infer_response.parameters
+
+
+def test_a_request_from_python_on_a_decoupled_model_is_refused_by_the_same_rule(
+    served: Served,
+) -> None:
+    # The Python side's path (forwarded inferences, BLS calls) submits with no stream to carry the
+    # responses: the core's scheduler refuses it as it refuses the transport's ModelInfer.
+    request = pb.ModelInferRequest(model_name="counter")
+    request.inputs.add(name="N", datatype="INT32", shape=[1])
+    request.raw_input_contents.append(np.array([1], np.int32).tobytes())
+    wire = _core.parse_infer_request(request.SerializeToString())
+    signature = served.routes[0][5]
+    code, message = served.scheduler.submit_request(1, signature, wire)
+    assert ErrorCode(code) == ErrorCode.UNIMPLEMENTED
+    assert "model 'counter' is decoupled" in message and "use ModelStreamInfer" in message

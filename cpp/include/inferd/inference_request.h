@@ -47,6 +47,9 @@ class CompletionSink {
     (void)request;
     (void)response;
   }
+  // Whether respond() carries each response to the caller: a decoupled model's request is taken
+  // only from a caller whose sink does (Scheduler::submit refuses the others). Thread-safe.
+  virtual bool streams_responses() const { return false; }
 };
 
 // One inference request as the core sees it: already decoded and validated against the model by

@@ -20,10 +20,13 @@ from inferd.core.executor import (
 from inferd.core.native import (
     GrpcServer,
     SharedMemoryRegistry,
+    StatusCode,
     TraceSampling,
     choose_weighted_version,
+    grpc_status_code,
     set_core_logging,
     set_onnxruntime_logging,
+    shown_message,
 )
 from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
 from inferd.core.scheduler import (
@@ -42,6 +45,9 @@ from inferd.core.scheduler import (
 )
 
 __all__ = [
+    "StatusCode",
+    "grpc_status_code",
+    "shown_message",
     "BatchingPolicy",
     "CompletionDispatcher",
     "CoreEnsembleStep",
