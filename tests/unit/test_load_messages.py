@@ -20,7 +20,7 @@ import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd.core import CompletionDispatcher, HostBufferPool, cuda_device_count
 from inferd.errors import InferdError, ModelLoadError, NotFound, Unavailable
 from inferd.examples import make_examples
-from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions, selection
+from inferd.executors import OnnxRuntimeExecutor, OnnxRuntimeOptions, tensorrt
 from inferd.executors.onnxruntime_native import NativeOnnxRuntimeExecutor, native_onnxruntime
 from inferd.models import ModelRegistry, ModelState, ModelVersionBuilder
 from inferd.repository import InstancePlacement, ModelRepository, instance_placements
@@ -259,7 +259,7 @@ def test_an_unusable_engine_cache_is_not_named_to_clients(
     model_file.write_bytes(b"onnx")
     cache = tmp_path / "server-side-secret-folder"
     cache.write_bytes(b"a file where the cache's folder should be")
-    monkeypatch.setattr(selection, "build_engine", lambda *args, **kwargs: b"engine")
+    monkeypatch.setattr(tensorrt, "build_engine", lambda *args, **kwargs: b"engine")
     config = model_config_pb2.ModelConfig(name="m", max_batch_size=4)
     text_format.Parse('input [{ name: "X" data_type: TYPE_FP32 dims: [2] }]', config)
 
@@ -267,7 +267,7 @@ def test_an_unusable_engine_cache_is_not_named_to_clients(
         __version__ = "10.0"
 
     with pytest.raises(ModelLoadError) as failure:
-        selection._engine_bytes(
+        tensorrt._engine_bytes(
             Trt, config, model_file, None, cache / "engines", [InstancePlacement("g", 0)]
         )
     message = str(failure.value)

@@ -14,6 +14,7 @@ without it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
 from pathlib import Path
@@ -22,10 +23,14 @@ from typing import Any
 import numpy as np
 import structlog
 
+from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.core import CudaStream, DeviceBufferPool, HostBufferPool
 from inferd.errors import Internal, InvalidArgument, ModelLoadError
 from inferd.executors.runtime_messages import without_source_locations
 from inferd.executors.staging import InputStager, copy_back
+from inferd.repository.config import EXECUTOR, TENSORRT_PLATFORM
+from inferd.repository.instances import GpuAccelerator, InstancePlacement
+from inferd.repository.layout import model_file_label
 
 log = structlog.get_logger(__name__)
 
@@ -201,3 +206,139 @@ class TensorRtExecutor:
     def close(self) -> None:
         del self._context
         del self._engine
+
+
+DEVICE_POOL_BYTES = 256 << 20  # per GPU instance: its device buffers for inputs and outputs
+
+
+def wants_tensorrt(config: ModelConfig) -> bool:
+    """Whether the config asks for TensorRT itself: a serialized engine, or the executor
+    parameter naming it (else ONNX Runtime serves the model)."""
+    executor = config.parameters[EXECUTOR].string_value if EXECUTOR in config.parameters else ""
+    return bool(config.platform == TENSORRT_PLATFORM or executor == "tensorrt")
+
+
+def tensorrt_executors(
+    config: ModelConfig,
+    model_file: Path,
+    placements: list[InstancePlacement],
+    accelerator: GpuAccelerator | None,
+    host_pool: HostBufferPool,
+    engine_cache_dir: Path,
+) -> list[TensorRtExecutor]:
+    """One TensorRT executor per placement (every one a GPU's), sharing the engine; on failure,
+    the ones already made are closed."""
+    cpu = [p.group for p in placements if not p.on_gpu]
+    if cpu:
+        raise ModelLoadError(
+            f"model {config.name!r}: TensorRT runs on KIND_GPU instances; groups {cpu} are CPU"
+        )
+    trt = _import_tensorrt(config.name)
+    engine = _engine_bytes(trt, config, model_file, accelerator, engine_cache_dir, placements)
+    inputs = [t.name for t in config.input]
+    outputs = [t.name for t in config.output]
+    executors: list[TensorRtExecutor] = []
+    try:
+        for placement in placements:
+            executors.append(
+                TensorRtExecutor(
+                    trt,
+                    engine,
+                    inputs,
+                    outputs,
+                    CudaStream(placement.device_id),
+                    DeviceBufferPool(placement.device_id, DEVICE_POOL_BYTES),
+                    host_pool,
+                )
+            )
+    except BaseException:
+        for executor in executors:
+            executor.close()
+        raise
+    return executors
+
+
+def _import_tensorrt(model: str) -> Any:
+    try:
+        return importlib.import_module("tensorrt")
+    except ImportError:
+        raise ModelLoadError(
+            f"model {model!r} needs TensorRT: the tensorrt package is not installed "
+            "(install inferd[gpu] on a machine with an NVIDIA GPU)"
+        ) from None
+
+
+def _read(model: str, model_file: Path) -> bytes:
+    try:
+        return model_file.read_bytes()
+    except OSError as e:
+        log.warning("cannot read a model file", path=str(model_file), error=str(e))
+        raise ModelLoadError(
+            f"{model_file_label(model, model_file)} cannot be read "
+            f"({e.strerror or type(e).__name__})"
+        ) from e
+
+
+def _engine_bytes(
+    trt: Any,
+    config: ModelConfig,
+    model_file: Path,
+    accelerator: GpuAccelerator | None,
+    cache_dir: Path,
+    placements: list[InstancePlacement],
+) -> bytes:
+    """The engine: the repository's (tensorrt_plan), or one built from the ONNX model, kept in
+    the server's engine cache (whose path messages to clients leave to the log)."""
+    if config.platform == TENSORRT_PLATFORM:
+        return _read(config.name, model_file)
+    parameters = accelerator.parameters if accelerator is not None else {}
+    fp16 = parameters.get("precision_mode") == "FP16"
+    workspace = (
+        int(parameters["max_workspace_size_bytes"])
+        if "max_workspace_size_bytes" in parameters
+        else None
+    )
+    profile = optimization_profile(
+        int(config.max_batch_size), list(config.dynamic_batching.preferred_batch_size)
+    )
+    onnx_bytes = _read(config.name, model_file)
+    path = engine_cache_path(
+        cache_dir,
+        _gpu_name(placements[0].device_id),
+        str(trt.__version__),
+        onnx_bytes,
+        "fp16" if fp16 else "fp32",
+        profile,
+    )
+    inputs = [(t.name, tuple(int(d) for d in t.dims)) for t in config.input]
+    try:
+        return cached_engine(
+            path,
+            lambda: build_engine(
+                trt,
+                onnx_bytes,
+                inputs,
+                profile,
+                batched=config.max_batch_size > 0,
+                fp16=fp16,
+                workspace_bytes=workspace,
+            ),
+        )
+    except OSError as e:
+        log.warning("TensorRT engine cache unusable", path=str(path), error=str(e))
+        raise ModelLoadError(
+            f"model {config.name!r}: the TensorRT engine cache cannot be used "
+            f"({e.strerror or type(e).__name__}; the server log names the file)"
+        ) from e
+
+
+def _gpu_name(device: int) -> str:
+    """The GPU's model name for the engine cache key (NVML, from the gpu extra)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(device))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # no NVML: still a key, shared by every GPU of this machine
+        return f"cuda-device-{device}"
