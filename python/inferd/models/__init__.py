@@ -2,7 +2,8 @@
 
 from inferd.models.builder import ModelVersionBuilder
 from inferd.models.loaded import LoadedModel, TensorSpec
-from inferd.models.registry import ModelRegistry, ModelState, ModelStatus, ReadinessRules
+from inferd.models.registry import ModelRegistry
+from inferd.models.serving import ModelState, ModelStatus, ReadinessRules
 
 __all__ = [
     "LoadedModel",

@@ -1,74 +1,46 @@
-"""Which model versions are loaded and in what state, and the transitions between states:
-loading, reloading (a swap once the new versions are ready) and unloading (a drain).
+"""The transitions of model versions between states: loading, reloading (a swap once the new
+versions are ready) and unloading (a drain), and the health of python models' instances.
 
-Building a version (its config, executors, warm-up and scheduler) is ``inferd.models.builder``'s
-business; what loads when is the model control mode's (``inferd.models.control``).
+What serves now, and how a request finds its version, is ``inferd.models.serving``'s (the
+registry changes it and answers for it). Building a version (its config, executors, warm-up and
+scheduler) is ``inferd.models.builder``'s business; what loads when is the model control mode's
+(``inferd.models.control``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.core import (
-    CompletionDispatcher,
-    EnsembleScheduler,
-    HostBufferPool,
-    SchedulerDirectory,
-    choose_weighted_version,
-)
+from inferd.core import CompletionDispatcher, EnsembleScheduler, HostBufferPool, SchedulerDirectory
 from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models.builder import LoadLimits, ModelVersionBuilder
 from inferd.models.loaded import LoadedModel
-from inferd.repository import ModelRepository, readiness_required, stated_readiness_required
-from inferd.repository.version_weights import version_weights
+from inferd.models.serving import (
+    ModelState,
+    ModelStatus,
+    ReadinessRules,
+    ServedModels,
+    StatusKey,
+    required,
+)
+from inferd.repository import ModelRepository, stated_readiness_required
 
 if TYPE_CHECKING:
     from inferd.python_backend.bls import ModelCaller
 
+# The states and readiness rules are ``serving``'s; their callers import them from here too.
+__all__ = ["ModelRegistry", "ModelState", "ModelStatus", "ReadinessRules"]
+
 log = structlog.get_logger(__name__)
-
-
-class ModelState(enum.Enum):
-    """A version's place in its lifecycle, with the protocol's RepositoryIndex names."""
-
-    LOADING = "LOADING"  # being read and its executors created; not served yet
-    READY = "READY"  # serving requests
-    UNLOADING = "UNLOADING"  # admits nothing new; draining what it has queued
-    UNAVAILABLE = "UNAVAILABLE"  # failed to load (reason says why) or unloaded
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    name: str
-    version: str  # "" when the failure came before any version was known
-    state: ModelState
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class ReadinessRules:
-    """When the models make the server ready (ServerReady; health ``""`` and
-    ``inference.GRPCInferenceService``), the server also accepting calls.
-
-    ``strict`` (Triton's ``--strict-readiness``): every model that should serve and is required
-    serves; a model whose config sets ``inferd.readiness`` to ``optional`` never holds it back.
-    Otherwise the models' states do not matter. Either way a server with no model serving is not
-    ready unless ``without_models``: a fleet replica with nothing to serve must get no traffic.
-    """
-
-    strict: bool = True
-    without_models: bool = False
 
 
 def _log_freed(model: LoadedModel) -> None:
@@ -109,7 +81,7 @@ class ModelRegistry:
         # How long an unload (or the old versions of a reload) waits for a python model's
         # running batches before its workers are killed (None: as long as they take).
         self._drain_timeout_s = drain_timeout_s
-        self._readiness = readiness or ReadinessRules()
+        self._served = ServedModels(readiness)
         # Where ensembles' steps find the composing versions that serve now.
         self._directory = SchedulerDirectory()
         self._builder = ModelVersionBuilder(
@@ -126,20 +98,10 @@ class ModelRegistry:
         # handler): load_all and loads starting from then end at their next step.
         self._abandon = abandon or threading.Event()
         self._loading: set[threading.Event] = set()  # the abandon flags of loads in progress
-        self._models: dict[str, dict[int, LoadedModel]] = {}
-        # Each served model's positive version weights (inferd.version_weights; none: no entry).
-        self._weights: dict[str, dict[int, int]] = {}
-        self._statuses: dict[tuple[str, str], ModelStatus] = {}
-        # Loaded models that cannot serve, with why: an ensemble's composing model is not
-        # served, or a python model's instance restarts its worker (``_faults``).
-        self._blocked: dict[str, str] = {}
-        self._faults: dict[tuple[str, int], str] = {}  # (model, instance key) -> why
+        # Python models' instances restarting their worker: (model, instance key) -> why.
+        self._faults: dict[tuple[str, int], str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wanted: set[str] = set()  # models that should be serving (strict readiness)
-        self._optional: set[str] = set()  # of those, the ones that never hold readiness back
         self._locks: dict[str, asyncio.Lock] = {}
-        # What other threads (the metrics endpoint) may read: replaced whole, never mutated.
-        self._published: tuple[LoadedModel, ...] = ()
         self._listeners: list[Callable[[], None]] = []
         self._load_failure_listeners: list[Callable[[str], None]] = []
 
@@ -185,48 +147,12 @@ class ModelRegistry:
     def _changed(self) -> None:
         self._directory.publish(
             (m.name, m.version, m.scheduler)
-            for m in self.loaded()
+            for m in self._served.loaded()
             if not isinstance(m.scheduler, EnsembleScheduler)
         )
-        self._blocked = {
-            name: reason for (name, _), reason in self._faults.items() if name in self._models
-        }
-        for name, versions in self._models.items():
-            missing = (
-                [
-                    (model, version)
-                    for model, version in next(iter(versions.values())).composing
-                    if not self._serves(model, version)
-                ]
-                if versions
-                else []
-            )
-            if missing:
-                model, version = missing[0]
-                which = "its latest version" if version < 0 else f"version {version}"
-                self._blocked[name] = f"composing model {model!r} ({which}) is not ready"
-        self._published = tuple(self.loaded())
+        self._served.refresh(self._faults)
         for listener in self._listeners:
             listener()
-
-    def published(self) -> tuple[LoadedModel, ...]:
-        """The loaded versions, as last published; safe to call from any thread."""
-        return self._published
-
-    def _serves(self, model: str, version: int) -> bool:
-        """Whether a composing step's model version (-1: any) is loaded and not itself blocked."""
-        versions = self._models.get(model)
-        if not versions or model in self._blocked:
-            return False
-        return version < 0 or version in versions
-
-    def _composing_configs(self) -> dict[str, dict[int, ModelConfig]]:
-        """The served versions' completed configs, which an ensemble is checked against."""
-        return {
-            name: {v: m.config for v, m in versions.items()}
-            for name, versions in self._models.items()
-            if versions
-        }
 
     def load_all(self, names: list[str] | None = None) -> None:
         """Loads ``names`` (default: every model in the repository) before serving starts; a
@@ -243,21 +169,24 @@ class ModelRegistry:
         ]:
             if self._abandon.is_set():
                 break  # stopping: what is left is not loaded
-            self._wanted.add(name)
+            # Wanted from the start of its build: until it loads, it holds readiness back.
+            self._served.want(name, True)
             try:
-                built = self._builder.build(name, None, self._abandon, self._composing_configs())
+                built = self._builder.build(
+                    name, None, self._abandon, self._served.composing_configs()
+                )
             except Cancelled:
                 break
             except InferdError as e:
                 log.error("model load failed", model=name, reason=str(e))
                 self._load_failed(name)
-                self._mark_required(name, self._stated_required(name))
-                self._statuses[(name, "")] = ModelStatus(name, "", ModelState.UNAVAILABLE, str(e))
+                self._served.want(name, self._stated_required(name))
+                self._served.set_status(name, "", ModelState.UNAVAILABLE, str(e))
                 continue
-            self._mark_required(name, _required(built))
+            self._served.want(name, required(built))
             self._install(name, built)
         self._changed()
-        if not self._readiness.without_models and not self.ready_models():
+        if not self._served.readiness.without_models and not self._served.ready_models():
             log.warning(
                 "no model serves: the server is not ready until one loads "
                 "(--ready-without-models counts it ready)"
@@ -275,43 +204,46 @@ class ModelRegistry:
         for composed in self._builder.composing_in_repository(name, override):
             # An ensemble composing another is refused by its own load (and two naming each
             # other must not recurse here).
-            if composed not in self._models and not self._builder.composing_models(composed):
+            if not self._served.installed(composed) and not self._builder.composing_models(
+                composed
+            ):
                 await self.load(composed)
         async with self._locks.setdefault(name, asyncio.Lock()):
-            # A model joins the ones that should serve (strict readiness) once it loads: a
-            # client's load, until it succeeds, changes nothing of the server's readiness.
-            was_wanted = name in self._wanted
-            before = {k: s for k, s in self._statuses.items() if k[0] == name}
-            serving = name in self._models
-            if not serving:
-                self._statuses[(name, "")] = ModelStatus(name, "", ModelState.LOADING)
-                self._changed()  # the model's readiness and health follow the LOADING state
-            try:
-                built = await self._build(name, override)
-            except InferdError as e:
-                if self._abandon.is_set():  # the server is stopping: nothing failed
-                    log.info("model load abandoned at shutdown", model=name, kept_serving=serving)
-                    self._restore(name, was_wanted, before)
-                    raise
-                # The caller is told; the log keeps the reason. Not an error of the server's.
-                log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
-                self._load_failed(name)
-                if not serving:
-                    self._statuses[(name, "")] = ModelStatus(
-                        name, "", ModelState.UNAVAILABLE, str(e)
-                    )
-                self._changed()
-                raise
-            except asyncio.CancelledError:
-                log.info("model load cancelled by its caller", model=name, kept_serving=serving)
+            await self._load_locked(name, override)
+
+    async def _load_locked(self, name: str, override: ModelConfig | None) -> None:
+        """``load``'s work, holding the model's lock."""
+        # A model joins the ones that should serve (strict readiness) once it loads: a
+        # client's load, until it succeeds, changes nothing of the server's readiness.
+        was_wanted = self._served.wanted(name)
+        before = self._served.statuses_of(name)
+        serving = self._served.installed(name)
+        if not serving:
+            self._served.set_status(name, "", ModelState.LOADING)
+            self._changed()  # the model's readiness and health follow the LOADING state
+        try:
+            built = await self._build(name, override)
+        except InferdError as e:
+            if self._abandon.is_set():  # the server is stopping: nothing failed
+                log.info("model load abandoned at shutdown", model=name, kept_serving=serving)
                 self._restore(name, was_wanted, before)
                 raise
-            self._wanted.add(name)
-            self._mark_required(name, _required(built))
-            old = self._install(name, built)
-            for model in old:
-                await self._drain(model)  # its queued requests are still answered
-                _log_freed(model)
+            # The caller is told; the log keeps the reason. Not an error of the server's.
+            log.warning("model load failed", model=name, reason=str(e), kept_serving=serving)
+            self._load_failed(name)
+            if not serving:
+                self._served.set_status(name, "", ModelState.UNAVAILABLE, str(e))
+            self._changed()
+            raise
+        except asyncio.CancelledError:
+            log.info("model load cancelled by its caller", model=name, kept_serving=serving)
+            self._restore(name, was_wanted, before)
+            raise
+        self._served.want(name, required(built))
+        old = self._install(name, built)
+        for model in old:
+            await self._drain(model)  # its queued requests are still answered
+            _log_freed(model)
 
     async def _build(self, name: str, override: ModelConfig | None) -> dict[int, LoadedModel]:
         """The builder's work on a worker thread. Cancelled, it tells the build to stop and waits
@@ -322,7 +254,7 @@ class ModelRegistry:
         if self._abandon.is_set():
             abandon.set()
         build = asyncio.get_running_loop().run_in_executor(
-            None, self._builder.build, name, override, abandon, self._composing_configs()
+            None, self._builder.build, name, override, abandon, self._served.composing_configs()
         )
         cancelled = False
         try:
@@ -353,12 +285,6 @@ class ModelRegistry:
             raise Unavailable(f"model {name!r}: not loaded, the server is shutting down")
         return built
 
-    def _mark_required(self, name: str, required: bool) -> None:
-        if required:
-            self._optional.discard(name)
-        else:
-            self._optional.add(name)
-
     def _stated_required(self, name: str) -> bool:
         """Whether a model that failed to load holds readiness, from its config as written."""
         try:
@@ -367,15 +293,11 @@ class ModelRegistry:
             return True  # an unknown or unsafe name given to --load-model: the safe side
         return stated_readiness_required(config_path)
 
-    def _restore(
-        self, name: str, was_wanted: bool, before: dict[tuple[str, str], ModelStatus]
-    ) -> None:
+    def _restore(self, name: str, was_wanted: bool, before: dict[StatusKey, ModelStatus]) -> None:
         """Puts the model's states and wanted-ness back as they were before a load."""
-        for key in [k for k in self._statuses if k[0] == name]:
-            del self._statuses[key]
-        self._statuses.update(before)
+        self._served.replace_statuses(name, before)
         if not was_wanted:
-            self._wanted.discard(name)
+            self._served.unwant(name)
         self._changed()
 
     def abandon_loads(self) -> None:
@@ -387,28 +309,22 @@ class ModelRegistry:
 
     async def unload(self, name: str) -> None:
         """Stops admitting requests to ``name``, drains what it has queued, frees it."""
-        if name not in self._models and not any(k[0] == name for k in self._statuses):
+        if not self._served.known(name):
             # Checked before anything is made for the name: an unknown one leaves nothing behind.
             raise NotFound(f"model {name!r} is not loaded")
         async with self._locks.setdefault(name, asyncio.Lock()):
-            versions = self._models.pop(name, {})
-            self._weights.pop(name, None)
-            if not versions and not any(k[0] == name for k in self._statuses):
+            versions = self._served.remove(name)
+            if not versions and not self._served.known(name):
                 raise NotFound(f"model {name!r} is not loaded")
-            self._wanted.discard(name)
-            self._optional.discard(name)
+            self._served.unwant(name)
             for version in versions:
-                self._statuses[(name, str(version))] = ModelStatus(
-                    name, str(version), ModelState.UNLOADING
-                )
+                self._served.set_status(name, str(version), ModelState.UNLOADING)
             self._changed()  # admits nothing new from here on
             for version, model in versions.items():
                 await self._drain(model)
                 _log_freed(model)
-                self._statuses[(name, str(version))] = ModelStatus(
-                    name, str(version), ModelState.UNAVAILABLE, "unloaded"
-                )
-            self._statuses.pop((name, ""), None)
+                self._served.set_status(name, str(version), ModelState.UNAVAILABLE, "unloaded")
+            self._served.drop_status(name, "")
             log.info("model unloaded", model=name, versions=sorted(versions))
             self._changed()
 
@@ -424,18 +340,8 @@ class ModelRegistry:
     def _install(self, name: str, built: dict[int, LoadedModel]) -> list[LoadedModel]:
         """Makes ``built`` the served versions of ``name``; returns the versions it replaced.
         Synchronous, so no request sees a half-installed model."""
-        old = list(self._models.get(name, {}).values())
-        self._models[name] = built
-        # Every version shares the model's config; the builder has checked its weights.
-        weights = version_weights(next(iter(built.values())).config, sorted(built)) if built else {}
-        if weights:
-            self._weights[name] = weights
-        else:
-            self._weights.pop(name, None)
-        for key in [k for k in self._statuses if k[0] == name]:
-            del self._statuses[key]
+        old = self._served.install(name, built)
         for version, model in built.items():
-            self._statuses[(name, str(version))] = ModelStatus(name, str(version), ModelState.READY)
             if isinstance(model.scheduler, EnsembleScheduler):
                 log.info(
                     "ensemble loaded",
@@ -456,135 +362,66 @@ class ModelRegistry:
         self._changed()
         return old
 
-    def get(self, name: str, version: str = "") -> LoadedModel:
-        """The ready version asked for, or the highest ready one when ``version`` is empty."""
-        versions = self._models.get(name)
-        if not versions:
-            failed = self._statuses.get((name, ""))
-            if failed is not None or any(k[0] == name for k in self._statuses):
-                raise Unavailable(f"model {name!r} is not ready: {self._reason(name)}")
-            raise NotFound(f"unknown model {name!r}")
-        if name in self._blocked:
-            kind = "ensemble" if next(iter(versions.values())).composing else "model"
-            raise Unavailable(f"{kind} {name!r} is not ready: {self._blocked[name]}")
-        if not version:
-            return versions[max(versions)]
-        return self._numbered(name, versions, version)
-
-    def route(self, name: str, version: str, routing_key: str | None) -> LoadedModel:
-        """The version an inference runs on: the one it names; else, for a model with version
-        weights, a weighted choice among its ready weighted versions (by ``routing_key``'s hash
-        when given, at random otherwise: the transport's own choice); else the highest ready."""
-        weights = self.ready_weights(name)
-        if version or name not in self._weights:
-            return self.get(name, version)
-        if not weights:
-            raise Unavailable(
-                f"model {name!r} is not ready: none of its weighted versions is ready"
-            )
-        chosen = list(weights)[choose_weighted_version(list(weights.values()), routing_key)]
-        return self._models[name][chosen]
-
-    def ready_weights(self, name: str) -> dict[int, int]:
-        """The weights of ``name``'s ready weighted versions, by ascending version (empty: the
-        model has no weights, or none of its weighted versions is ready)."""
-        ready = {} if name in self._blocked else self._models.get(name, {})
-        return {v: w for v, w in sorted(self._weights.get(name, {}).items()) if v in ready}
-
-    def weighted(self, name: str) -> bool:
-        """Whether ``name``'s config gives its versions traffic weights."""
-        return name in self._weights
-
-    def _numbered(self, name: str, versions: dict[int, LoadedModel], version: str) -> LoadedModel:
-        number = version_number(version)
-        if number is None:
-            raise NotFound(f"model {name!r} has no version {version!r}")
-        if number in versions:
-            return versions[number]
-        status = self._statuses.get((name, version))
-        if status is not None:
-            raise Unavailable(f"model {name!r} version {version} is not ready: {status.reason}")
-        raise NotFound(f"model {name!r} has no version {version!r}")
-
-    def _reason(self, name: str) -> str:
-        reasons = [s.reason for k, s in self._statuses.items() if k[0] == name and s.reason]
-        return "; ".join(reasons) or "not loaded"
-
-    def ready_versions(self, name: str) -> list[int]:
-        return [] if name in self._blocked else sorted(self._models.get(name, {}))
-
-    def ready_models(self) -> list[str]:
-        """Names of the models with at least one ready version."""
-        return [
-            name
-            for name, versions in self._models.items()
-            if versions and name not in self._blocked
-        ]
-
-    def known_models(self) -> list[str]:
-        """Every model the registry has a state for: loaded, loading, failed or unloaded."""
-        return sorted({*self._models, *(name for name, _ in self._statuses)})
-
-    def loaded(self) -> list[LoadedModel]:
-        return [m for versions in self._models.values() for m in versions.values()]
-
-    def index(self) -> list[ModelStatus]:
-        """Every model of the repository with its versions' states; one never loaded is
-        UNAVAILABLE, "not loaded"."""
-        known = {s.name for s in self._statuses.values()}
-        never = [
-            ModelStatus(name, "", ModelState.UNAVAILABLE, "not loaded")
-            for name in self._repository.model_names()
-            if name not in known
-        ]
-        statuses = [
-            ModelStatus(s.name, s.version, ModelState.UNAVAILABLE, self._blocked[s.name])
-            if s.name in self._blocked and s.state is ModelState.READY
-            else s
-            for s in self._statuses.values()
-        ]
-        return sorted([*statuses, *never], key=lambda s: (s.name, s.version))
-
-    def all_ready(self) -> bool:
-        """True when every required model that should be serving is (strict readiness)."""
-        return all(
-            name in self._models and name not in self._blocked
-            for name in self._wanted - self._optional
-        )
-
-    def server_ready(self) -> bool:
-        """Whether the models make the server ready, by the readiness rules."""
-        if self._readiness.strict and not self.all_ready():
-            return False
-        return self._readiness.without_models or bool(self.ready_models())
-
     async def close(self, abort_after_s: float | None = None) -> None:
         """Drains and frees every loaded version; ``abort_after_s``: how long a python model's
         running batches may take before their workers are killed (the server's stop)."""
-        for model in self.loaded():
+        for model in self._served.loaded():
             if isinstance(model.scheduler, EnsembleScheduler):
                 await model.scheduler.close()
             else:
                 await model.scheduler.close(abort_after_s=abort_after_s)
-            self._statuses[(model.name, str(model.version))] = ModelStatus(
+            self._served.set_status(
                 model.name, str(model.version), ModelState.UNAVAILABLE, "unloaded"
             )
-        self._models.clear()
-        self._weights.clear()
+        self._served.clear()
         self._changed()
 
+    # What serves and how a request finds its version: ``ServedModels``', answered here for
+    # the registry's callers (the data plane, the server, the control modes, the health).
 
-def _required(built: dict[int, LoadedModel]) -> bool:
-    """Whether a model just built holds readiness (every version shares the model's config)."""
-    return readiness_required(next(iter(built.values())).config)
+    def published(self) -> tuple[LoadedModel, ...]:
+        """The loaded versions, as last published; safe to call from any thread."""
+        return self._served.published()
 
+    def get(self, name: str, version: str = "") -> LoadedModel:
+        """The ready version asked for, or the highest ready one when ``version`` is empty."""
+        return self._served.get(name, version)
 
-def version_number(text: str) -> int | None:
-    """The version a request names, written as the server writes it (a canonical decimal: no
-    sign, spaces, underscores, leading zeros or non-ASCII digits, all of which ``int`` takes);
-    None otherwise, so that " 1" or "0_1" is no name of version 1."""
-    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
-        return None
-    if len(text) > 19:  # more than any version folder (and int() refuses 4,300 digits and more)
-        return None
-    return int(text)
+    def route(self, name: str, version: str, routing_key: str | None) -> LoadedModel:
+        """The version an inference runs on (``ServedModels.route``)."""
+        return self._served.route(name, version, routing_key)
+
+    def ready_weights(self, name: str) -> dict[int, int]:
+        """The weights of ``name``'s ready weighted versions, by ascending version."""
+        return self._served.ready_weights(name)
+
+    def weighted(self, name: str) -> bool:
+        """Whether ``name``'s config gives its versions traffic weights."""
+        return self._served.weighted(name)
+
+    def ready_versions(self, name: str) -> list[int]:
+        return self._served.ready_versions(name)
+
+    def ready_models(self) -> list[str]:
+        """Names of the models with at least one ready version."""
+        return self._served.ready_models()
+
+    def known_models(self) -> list[str]:
+        """Every model the registry has a state for: loaded, loading, failed or unloaded."""
+        return self._served.known_models()
+
+    def loaded(self) -> list[LoadedModel]:
+        return self._served.loaded()
+
+    def index(self) -> list[ModelStatus]:
+        """Every model of the repository with its versions' states; one never loaded is
+        UNAVAILABLE, "not loaded"."""
+        return self._served.index(self._repository.model_names())
+
+    def all_ready(self) -> bool:
+        """True when every required model that should be serving is (strict readiness)."""
+        return self._served.all_ready()
+
+    def server_ready(self) -> bool:
+        """Whether the models make the server ready, by the readiness rules."""
+        return self._served.server_ready()
