@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "inferd/datatype_names.h"  // the names the checks' messages use; callers use them too
 #include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
 #include "inferd/shared_memory.h"
@@ -64,6 +65,11 @@ struct ModelSignature {
 // and an output becomes a SharedMemoryOutput the answer is written into. raw_input_contents then
 // holds only the other inputs. A null `shared_memory` refuses such tensors with PERMISSION_DENIED
 // (this call's listener may not use it).
+//
+// Its steps, in order: what the protocol alone says (shared-memory parameters, datatype names,
+// raw_input_contents' count), the inputs, the requested outputs, then the request's parameters
+// (request_parameters.h). Typed contents are decoded by typed_contents.h, shared-memory
+// parameters read by shared_memory_params.h.
 Status build_inference_request(const std::shared_ptr<const ModelSignature>& signature, const ParsedInferRequest& parsed,
                                const std::shared_ptr<const void>& owner, InferenceRequest* out,
                                const SharedMemoryRegistry* shared_memory = nullptr);
@@ -73,9 +79,5 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
 // false when the result does not hold the same number of elements (e.g. 3 elements and [-1, 2]).
 bool reshape_dims(const std::vector<int64_t>& shape, const std::vector<int64_t>& dims, bool batched,
                   std::vector<int64_t>* out);
-
-// The protocol's name of a datatype ("FP32"), and back (false for an unknown name).
-const char* datatype_name(DataType dtype);
-bool datatype_from_name(std::string_view name, DataType* out);
 
 }  // namespace inferd
