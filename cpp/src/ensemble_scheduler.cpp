@@ -1,21 +1,20 @@
 #include "inferd/ensemble_scheduler.h"
 
 #include <array>
-#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "inferd/request_token.h"
+
 namespace inferd {
 namespace {
 
-// Step requests share composing schedulers with direct traffic, whose tokens never set bit 62
-// (Python's count up from 1, the gRPC transport's set bit 63 only): the two top bits keep steps
-// apart from both, and one process-wide counter keeps ensembles apart, so that
-// Scheduler::cancel(step token) can only reach the step.
+// Step requests share composing schedulers with direct traffic: their own range of tokens, one
+// counter for the process, keeps them apart from it and from each other (request_token.h).
 uint64_t next_step_token() {
-  static std::atomic<uint64_t> counter{0};
-  return (uint64_t{3} << 62) | counter.fetch_add(1, std::memory_order_relaxed);
+  static RequestTokenCounter counter{kEnsembleStepTokenRange, 0};
+  return counter.next();
 }
 
 // The definition with every tensor name turned into a slot of a run's tensor table: the

@@ -8,7 +8,6 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "inferd/grpc_server.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
+#include "inferd/request_token.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/shared_memory.h"
 #include "inferd/status.h"
@@ -59,12 +59,11 @@ struct TransportContext {
   const SharedMemoryRegistry* shared_memory_for(const grpc::ServerContextBase& context,
                                                 const ParsedInferRequest& request) const;
 
-  // Tokens of the transport's requests: the top bit keeps them apart from the Python side's.
-  // Bit 63 set, bit 62 never (ensemble steps' tokens set both: see ensemble_scheduler.cpp).
-  uint64_t next_token() { return (uint64_t{1} << 63) | tokens_.fetch_add(1, std::memory_order_relaxed); }
+  // A token for one of the transport's requests, in its range (request_token.h). Thread-safe.
+  uint64_t next_token() { return tokens_.next(); }
 
  private:
-  std::atomic<uint64_t> tokens_{1};
+  RequestTokenCounter tokens_{kTransportTokenRange, 1};
 };
 
 // The metadata key the transport adds, with "1", to an inference it sends to Python because it
