@@ -15,7 +15,6 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import structlog
@@ -53,10 +52,9 @@ from inferd.transport.core_server import (
     MalformedRequestsAreInvalid,
     PublicUnixSocket,
     ServingPublisher,
-    TransportOptions,
-    restricted_protocol,
 )
 from inferd.transport.health import DrainingHealthServicer, HealthReporter
+from inferd.transport.listeners import bind_transport, check_ports_free
 from inferd.transport.reflection import enable_reflection
 from inferd.transport.servicer import InferenceServicer, ServerState, add_inference_service
 
@@ -179,49 +177,6 @@ def _load_limits(settings: ServerSettings) -> LoadLimits:
     )
 
 
-def _read(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8") if path else ""
-
-
-def _transport_options(
-    settings: ServerSettings, unix_socket: PublicUnixSocket | None, shared_memory: SharedMemory
-) -> TransportOptions:
-    # A negative port (--grpc-port off): no TCP listener.
-    addresses = [] if settings.grpc_port < 0 else [f"{settings.host}:{settings.grpc_port}"]
-    if unix_socket is not None:
-        addresses.append(unix_socket.bind_address)
-    try:
-        cert, key, root = (
-            _read(settings.grpc_server_cert),
-            _read(settings.grpc_server_key),
-            _read(settings.grpc_root_cert),
-        )
-    except OSError as e:
-        raise OSError(f"cannot read a TLS file: {e}") from None
-    return TransportOptions(
-        addresses=addresses,
-        max_message_bytes=settings.grpc_max_message_bytes,
-        keepalive_time_ms=int(settings.grpc_keepalive_time_secs * 1000),
-        keepalive_timeout_ms=int(settings.grpc_keepalive_timeout_secs * 1000),
-        max_concurrent_streams=settings.grpc_max_concurrent_streams,
-        max_connection_idle_ms=int(settings.grpc_max_connection_idle_secs * 1000),
-        use_ssl=settings.grpc_use_ssl,
-        use_ssl_mutual=settings.grpc_use_ssl_mutual,
-        server_cert_pem=cert,
-        server_key_pem=key,
-        root_cert_pem=root,
-        restricted_protocols=tuple(
-            restricted_protocol(spec) for spec in settings.grpc_restricted_protocol
-        ),
-        control_on_tcp=settings.grpc_control_on_tcp,
-        max_stream_outstanding=settings.stream_max_outstanding,
-        max_stream_pending_bytes=settings.stream_max_pending_bytes,
-        max_inflight_bytes=settings.max_inflight_bytes,
-        shared_memory=shared_memory.core if shared_memory.enabled else None,
-        shared_memory_on_tcp=settings.shared_memory_listeners == "all",
-    )
-
-
 def _model_counters(registry: ModelRegistry) -> list[ModelCounters]:
     return [
         ModelCounters(
@@ -247,26 +202,22 @@ def _ensemble_steps(model: LoadedModel) -> tuple[EnsembleStepCounters, ...]:
     )
 
 
-async def create_server(
-    settings: ServerSettings,
-    *,
-    log_control: LogControl | None = None,
-    span_exporter: SpanExporter | None = None,
-    stopping: threading.Event | None = None,
-) -> InferenceServer:
-    """Loads the repository's models and binds the gRPC and metrics ports. Must run on the loop
-    that will serve: the core's completions are delivered to it. ``log_control``: the one
-    ``configure_logging`` returned (default: a fresh one from the settings); ``span_exporter``
-    replaces OTLP and turns tracing on (tests); ``stopping``, once set (by a signal handler, on
-    any thread), stops the loads in progress at their next step."""
-    # The process's one registry of client regions: the control calls change it, the core's server
-    # and the data plane read requests' regions from it. First: a bad limit fails the start before
-    # any model loads.
-    shared_memory = SharedMemory(
-        settings.shared_memory,
-        max_regions=settings.shared_memory_max_regions,
-        max_bytes=settings.shared_memory_max_bytes,
-    )
+@dataclass
+class _Models:
+    """What serves inference, built and loaded before any listener binds."""
+
+    dispatcher: CompletionDispatcher
+    pool: HostBufferPool
+    registry: ModelRegistry
+    control: ModelControl
+    dataplane: DataPlane
+    metrics: InferenceMetrics | None
+
+
+async def _load_models(settings: ServerSettings, stopping: threading.Event | None) -> _Models:
+    """The schedulers' shared pieces, the registry with the startup models loaded (off the loop,
+    which has nothing else to do yet: loading reads files and builds sessions), the data plane
+    and the control plane."""
     loop = asyncio.get_running_loop()
     dispatcher = CompletionDispatcher(loop)
     pool = HostBufferPool(settings.pinned_memory_pool_byte_size)
@@ -304,7 +255,6 @@ async def create_server(
     # Python models call other models (BLS) through the data plane, as clients' requests go,
     # and their worker restarts make them not ready.
     registry.serve_python_models(DataPlaneModelCaller(dataplane, loop), loop)
-    # Loading reads files and builds sessions: off the loop, which has nothing else to do yet.
     try:
         mode = ControlMode(settings.model_control_mode)
     except ValueError:
@@ -324,96 +274,105 @@ async def create_server(
     await loop.run_in_executor(None, registry.load_all, startup)
     if mode is ControlMode.POLL:
         await loop.run_in_executor(None, control.remember_repository)
+    return _Models(dispatcher, pool, registry, control, dataplane, metrics)
 
-    # The Python service: only the core's server reaches it, after applying the caller's limits.
-    server = grpc.aio.server(
-        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
-        interceptors=[MalformedRequestsAreInvalid()],
-    )
-    state = ServerState()
-    telemetry = Telemetry(
-        log_control or LogControl(settings.log_level, settings.log_verbose, settings.log_format),
-        metrics,
-        create_tracer_provider(settings.trace_config, exporter=span_exporter),
-    )
-    backend_socket = BackendSocket()
-    if server.add_insecure_port(backend_socket.address) == 0:
-        raise OSError(f"cannot bind the Python service to {backend_socket.address}")
-    unix_socket = None
-    try:
-        if settings.grpc_unix_socket:
-            unix_socket = PublicUnixSocket(
-                settings.grpc_unix_socket,
-                int(settings.grpc_unix_socket_mode, 8),
-                settings.grpc_unix_socket_group,
-            )
-        # Calls that reach it before the Python service starts below are answered UNAVAILABLE.
-        transport = CoreGrpcServer(
-            _transport_options(settings, unix_socket, shared_memory), backend_socket.address
-        )
-    except (OSError, ValueError):
-        backend_socket.remove()
-        if unix_socket is not None:
-            unix_socket.remove()
-        raise
-    try:
-        if unix_socket is not None:
-            unix_socket.publish()
-    except OSError:
-        transport.shutdown(0)
-        backend_socket.remove()
-        raise
-    publisher = ServingPublisher(transport, dataplane, state, telemetry)
-    registry.add_listener(publisher.publish)
-    add_inference_service(
-        InferenceServicer(
-            dataplane, control, state, telemetry, publisher.publish, shared_memory=shared_memory
-        ),
-        server,
-    )
+
+def _add_services(
+    backend: grpc.aio.Server, servicer: InferenceServicer, models: _Models, state: ServerState
+) -> HealthReporter:
+    """The Python service's services: inference (what the core forwards), health and
+    reflection. Returns the health reporter, which follows the registry."""
+    add_inference_service(servicer, backend)
     health_servicer = DrainingHealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reporter = HealthReporter(health_servicer, dataplane, state, SERVICE_NAME)
-    registry.add_listener(reporter.changed)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, backend)
+    reporter = HealthReporter(health_servicer, models.dataplane, state, SERVICE_NAME)
+    models.registry.add_listener(reporter.changed)
     # Reflection describes services from inferd's private descriptor pool (see inferd._proto),
     # which therefore also gets the health file.
     try:
         POOL.FindFileByName(health_pb2.DESCRIPTOR.name)
     except KeyError:
         POOL.AddSerializedFile(health_pb2.DESCRIPTOR.serialized_pb)
-    enable_reflection(server, [SERVICE_NAME, health.SERVICE_NAME], POOL)
-    await server.start()
-    if metrics is not None:
-        metrics.failures.add_source(transport.failures)
+    enable_reflection(backend, [SERVICE_NAME, health.SERVICE_NAME], POOL)
+    return reporter
+
+
+async def create_server(
+    settings: ServerSettings,
+    *,
+    log_control: LogControl | None = None,
+    span_exporter: SpanExporter | None = None,
+    stopping: threading.Event | None = None,
+) -> InferenceServer:
+    """Loads the repository's models and binds the gRPC and metrics ports. Must run on the loop
+    that will serve: the core's completions are delivered to it. ``log_control``: the one
+    ``configure_logging`` returned (default: a fresh one from the settings); ``span_exporter``
+    replaces OTLP and turns tracing on (tests); ``stopping``, once set (by a signal handler, on
+    any thread), stops the loads in progress at their next step."""
+    # First, before any model loads: a port in use or a bad limit fails the start at once.
+    check_ports_free(settings)
+    # The process's one registry of client regions: the control calls change it, the core's server
+    # and the data plane read requests' regions from it.
+    shared_memory = SharedMemory(
+        settings.shared_memory,
+        max_regions=settings.shared_memory_max_regions,
+        max_bytes=settings.shared_memory_max_bytes,
+    )
+    models = await _load_models(settings, stopping)
+    telemetry = Telemetry(
+        log_control or LogControl(settings.log_level, settings.log_verbose, settings.log_format),
+        models.metrics,
+        create_tracer_provider(settings.trace_config, exporter=span_exporter),
+    )
+    # The Python service: only the core's server reaches it, after applying the caller's limits.
+    backend = grpc.aio.server(
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        interceptors=[MalformedRequestsAreInvalid()],
+    )
+    listeners = bind_transport(settings, backend, shared_memory)
+    state = ServerState()
+    publisher = ServingPublisher(listeners.transport, models.dataplane, state, telemetry)
+    models.registry.add_listener(publisher.publish)
+    servicer = InferenceServicer(
+        models.dataplane,
+        models.control,
+        state,
+        telemetry,
+        publisher.publish,
+        shared_memory=shared_memory,
+    )
+    reporter = _add_services(backend, servicer, models, state)
+    await backend.start()
+    if models.metrics is not None:
+        models.metrics.failures.add_source(listeners.transport.failures)
     try:
         metrics_port = (
-            None if metrics is None else metrics.serve(settings.host, settings.metrics_port)
+            None
+            if models.metrics is None
+            else models.metrics.serve(settings.host, settings.metrics_port)
         )
     except OSError as e:
-        transport.shutdown(0)
-        await server.stop(None)
-        backend_socket.remove()
-        if unix_socket is not None:
-            unix_socket.remove()
+        listeners.transport.shutdown(0)
+        await backend.stop(None)
+        listeners.remove()
         raise OSError(
             f"cannot serve metrics on {settings.host}:{settings.metrics_port} "
             f"(--metrics-port): {e.strerror or e}"
         ) from None
-    tcp_port = None if settings.grpc_port < 0 else transport.ports[0]
     return InferenceServer(
         settings,
-        transport,
+        listeners.transport,
         publisher,
-        server,
-        backend_socket,
-        tcp_port,
-        registry,
-        control,
-        dispatcher,
-        pool,
+        backend,
+        listeners.backend_socket,
+        None if settings.grpc_port < 0 else listeners.transport.ports[0],
+        models.registry,
+        models.control,
+        models.dispatcher,
+        models.pool,
         reporter,
         state,
         telemetry,
         metrics_port,
-        unix_socket,
+        listeners.unix_socket,
     )

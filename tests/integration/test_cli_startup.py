@@ -132,6 +132,34 @@ def test_metrics_port_in_use_is_one_line_naming_it(empty_repository: Path, taken
     assert f"metrics on 127.0.0.1:{taken_port}" in line and "--metrics-port" in line
 
 
+def test_a_port_in_use_fails_the_start_before_any_model_loads(
+    tmp_path: Path, taken_port: int
+) -> None:
+    # A python model whose initialize leaves a mark: loading it would take the worker's start.
+    marker = tmp_path / "initialized"
+    model = tmp_path / "models" / "marks"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (model / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        f"        open({str(marker)!r}, 'w').write('loaded')\n"
+        "    def execute(self, requests):\n"
+        "        return []\n"
+    )
+    for flag in ("--grpc-port", "--metrics-port"):
+        line = _one_line_error(_serve(flag, str(taken_port), repository=tmp_path / "models"))
+        assert f"127.0.0.1:{taken_port}" in line and flag in line, line
+    assert not marker.exists()
+    # The same model loads when the ports are free (the mark is what a load leaves).
+    with running_server(tmp_path / "models", ["marks"], tmp_path):
+        assert marker.read_text() == "loaded"
+
+
 def test_missing_onnxruntime_is_one_line_naming_the_install(empty_repository: Path) -> None:
     # sys.modules[name] = None: the import system reports the module as not installed.
     result = _serve(
