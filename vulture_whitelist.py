@@ -76,6 +76,9 @@ _.NONE
 # datatypes.py: serialize_bytes, the protocol's BYTES encoding, used by the tests
 # (test_onnxruntime_native.py) and benchmarks/transport_floor.py.
 _.serialize_bytes
+# datatypes.py: Datatype.contents_field, the typed-contents table the core decodes by; read by the
+# tests (test_wire.py checks the core against it) and cpp/fuzz/make_corpus.py.
+_.contents_field
 
 # observability/telemetry.py: the context-manager protocol passes __exit__ a traceback argument.
 _.traceback

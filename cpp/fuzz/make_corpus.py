@@ -38,8 +38,21 @@ def load_pb2() -> ModuleType:
     return importlib.import_module("grpc_service_pb2")
 
 
+def load_datatypes() -> dict[str, Any]:
+    """inferd.datatypes' table (the one statement of each datatype's contents field): the
+    installed package's, else the source tree's (it needs only numpy)."""
+    try:
+        module = importlib.import_module("inferd.datatypes")
+    except ImportError:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+        module = importlib.import_module("inferd.datatypes")
+    table: dict[str, Any] = module.DATATYPES
+    return table
+
+
 pb = load_pb2()
 Request = pb.ModelInferRequest
+TABLE = load_datatypes()
 
 # --- wire helpers, for what protobuf's serializer never writes --------------------------------
 
@@ -75,20 +88,7 @@ UNKNOWN = (
 
 # --- values of each datatype, typed (the contents field, values) and raw (little-endian) -------
 
-TYPED_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
+TYPED_FIELD = {name: d.contents_field for name, d in TABLE.items() if d.contents_field}
 VALUES: dict[str, list[Any]] = {
     "BOOL": [True, False, True],
     "INT8": [-128, 0, 127],

@@ -19,18 +19,7 @@ Serving = Callable[[grpcclient.InferenceServerClient], None]
 
 # The InferTensorContents field of each datatype that has one (FP16 and BF16 have none).
 CONTENTS_FIELDS: dict[str, str] = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
+    name: d.contents_field for name, d in DATATYPES.items() if d.contents_field is not None
 }
 
 # Values each datatype's random data always includes (its edges).

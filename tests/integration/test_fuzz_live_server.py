@@ -102,20 +102,7 @@ TYPED_VALUES: dict[str, st.SearchStrategy[object]] = {
     "fp64_contents": st.floats(allow_nan=True),
     "bytes_contents": st.binary(max_size=16),
 }
-FIELD_OF = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
+FIELD_OF = {name: d.contents_field for name, d in DATATYPES.items() if d.contents_field}
 SHORT_TEXT = st.text(max_size=12)
 names = st.one_of(
     st.sampled_from(["INPUT0", "INPUT1", "INPUT7", "OUTPUT0", "OUTPUT1", ""]), SHORT_TEXT

@@ -239,20 +239,22 @@ def _id_echoed(request_id: str) -> tuple[Callable[[], bytes], Callable[[bytes], 
     return build, answer
 
 
-# A typed-contents field for each datatype that has one, with a value of its type.
+# A value of each typed-contents field's type.
+VALUE_OF_FIELD: dict[str, object] = {
+    "bool_contents": True,
+    "int_contents": 1,
+    "int64_contents": 1,
+    "uint_contents": 1,
+    "uint64_contents": 1,
+    "fp32_contents": 1.0,
+    "fp64_contents": 1.0,
+    "bytes_contents": b"x",
+}
+# The typed-contents field of each datatype that has one, with a value of its type.
 TYPED_FIELDS: dict[str, tuple[str, object]] = {
-    "BOOL": ("bool_contents", True),
-    "INT8": ("int_contents", 1),
-    "INT16": ("int_contents", 1),
-    "INT32": ("int_contents", 1),
-    "INT64": ("int64_contents", 1),
-    "UINT8": ("uint_contents", 1),
-    "UINT16": ("uint_contents", 1),
-    "UINT32": ("uint_contents", 1),
-    "UINT64": ("uint64_contents", 1),
-    "FP32": ("fp32_contents", 1.0),
-    "FP64": ("fp64_contents", 1.0),
-    "BYTES": ("bytes_contents", b"x"),
+    name: (d.contents_field, VALUE_OF_FIELD[d.contents_field])
+    for name, d in DATATYPES.items()
+    if d.contents_field is not None
 }
 
 

@@ -25,7 +25,8 @@ from inferd.errors import InvalidArgument, PermissionDenied, Unimplemented
 from inferd.models import TensorSpec
 
 # The protocol's statement of which InferTensorContents field carries each datatype (FP16 and
-# BF16 have none), written out here rather than imported so that a wrong mapping fails the test.
+# BF16 have none): an oracle, kept apart from inferd.datatypes' table on purpose, so that a wrong
+# row there fails test_the_contents_table_is_the_protocol_s instead of being agreed with.
 CONTENTS_FIELD = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
@@ -302,6 +303,43 @@ async def test_bad_requests_are_refused_by_the_core(
         await schedulers[datatype].infer_request(parsed)
     for text in says:
         assert text in str(excinfo.value)
+
+
+def test_the_contents_table_is_the_protocol_s() -> None:
+    table = {name: d.contents_field for name, d in DATATYPES.items() if d.contents_field}
+    assert table == CONTENTS_FIELD
+    assert [n for n, d in DATATYPES.items() if d.contents_field is None] == ["FP16", "BF16"]
+
+
+# One value of each InferTensorContents field's type.
+ONE_VALUE: dict[str, Any] = {
+    "bool_contents": True,
+    "int_contents": 1,
+    "int64_contents": 1,
+    "uint_contents": 1,
+    "uint64_contents": 1,
+    "fp32_contents": 1.0,
+    "fp64_contents": 1.0,
+    "bytes_contents": b"x",
+}
+
+
+@pytest.mark.parametrize("datatype", list(DATATYPES))
+async def test_the_core_reads_a_datatype_from_its_contents_field_only(
+    schedulers: dict[str, ModelScheduler], datatype: str
+) -> None:
+    """The core's own table of field numbers (cpp/src) against inferd.datatypes': a value in the
+    datatype's field is served, a value in any other field is refused naming the input."""
+    assert set(ONE_VALUE) == set(CONTENTS_FIELD.values())
+    for field, value in ONE_VALUE.items():
+        parsed = parse_infer_request(typed(datatype, [1, 1], field, [value]).SerializeToString())
+        if field == DATATYPES[datatype].contents_field:
+            answer, _ = await schedulers[datatype].infer_request(parsed)
+            assert isinstance(answer, bytes)
+            assert len(pb.ModelInferResponse.FromString(answer).raw_output_contents) == 1
+        else:
+            with pytest.raises(InvalidArgument, match="INPUT0"):
+                await schedulers[datatype].infer_request(parsed)
 
 
 def _field(number: int, payload: bytes) -> bytes:
