@@ -141,7 +141,16 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         while self.pending(model) != count:
             assert time.monotonic() < deadline, f"{model}: never {count} queued"
-            time.sleep(0.005)
+            time.sleep(0.005)  # the poll's period
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Polls ``condition`` until it holds; fails naming ``what`` after ``timeout_s``. For
+    conditions that stay true once they hold (a count reached, a record written)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what} (waited {timeout_s:.0f} s)"
+        time.sleep(0.01)  # the poll's period
 
 
 @contextlib.contextmanager

@@ -3,10 +3,12 @@ preserve_ordering on a stream, the pad value and the slicing of padded outputs, 
 of single priority levels, and the failure reasons of ``nv_inference_request_failure``.
 
 Each test is built so that the setting decides its outcome: dropping the setting on its way to
-the core (``inferd.core.scheduler._core_options``) makes the test fail. Queueing is made
-observable with the slow models of ``slow_model.py`` (work that scales with the rows: about 10 ms
-a row at size 512 and 80 ms at size 1024 on one thread), which keep an instance busy while later
-requests wait.
+the core (``inferd.repository.batching_config.batcher_options``) makes the test fail. Queueing
+is made observable with the slow models of ``slow_model.py``: the ordering models' work scales
+with the rows (about 10 ms a row at size 512 on one thread); the queue-policy and padding models
+are long-row models, where ``occupy`` keeps the only instance busy for a long row's compute while
+the requests under test, short rows, compute in milliseconds. The queue tests wait for the queue
+they need (``nv_inference_pending_request_count``), never for time.
 """
 
 from __future__ import annotations
@@ -26,15 +28,21 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import UNDER_ASAN, ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server
 from tests.integration.gather_model import TABLE, write_gather_model
-from tests.integration.slow_model import fp32_input, write_slow_model
+from tests.integration.slow_model import (
+    fp32_input,
+    occupy,
+    write_long_row_model,
+    write_slow_model,
+)
 
 ONE_THREAD = 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
 FIXED_IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
+LONG_ROW_IO = FIXED_IO.replace("dims: [ 1 ]", "dims: [ -1 ]")
 
 # Two instances, eight rows at most: an 8-row request fills a batch alone and computes for about
 # 80 ms on one instance while 1-row requests (about 10 ms) go through the other.
@@ -45,13 +53,13 @@ ORDERING = (
     + ONE_THREAD
 )
 
-# One instance, one request per execution (about 80 ms each): the queue order is the execution
+# A long-row model, one instance, one request per execution: the queue order is the execution
 # order. Level 1 holds one request; level 2 rejects after 20 ms in the queue; level 3 lets a
 # request shorten its 10 s timeout and, on a timeout, moves it behind its level instead of
 # rejecting it; level 4, the default, has the default policy (unbounded, no timeout).
 LEVELS = (
     "max_batch_size: 1\n"
-    + FIXED_IO
+    + LONG_ROW_IO
     + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
     + ONE_THREAD
     + """
@@ -72,10 +80,10 @@ dynamic_batching {
 """
 )
 
-# The same slow model with a queue of one, for the failure reasons.
+# The same long-row model with a queue of one, for the failure reasons.
 BOUNDED = (
     "max_batch_size: 1\n"
-    + FIXED_IO
+    + LONG_ROW_IO
     + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
     + ONE_THREAD
     + "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
@@ -111,8 +119,8 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 
 
 def write_padding_model(model_dir: Path) -> None:
-    """The slow identity (size 512) with a second output, PADDED, equal to OUTPUT0."""
-    write_slow_model(model_dir, PADDING, size=512, length="length")
+    """The long-row identity (size 512) with a second output, PADDED, equal to OUTPUT0."""
+    write_long_row_model(model_dir, PADDING, size=512)
     path = model_dir / "1" / "model.onnx"
     model = onnx.load(path)
     model.graph.node.append(helper.make_node("Identity", ["OUTPUT0"], ["PADDED"]))
@@ -132,8 +140,8 @@ def settings_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         size=512,
     )
     write_slow_model(repository / "unordered", ORDERING + "dynamic_batching { }\n", size=512)
-    write_slow_model(repository / "levels", LEVELS)
-    write_slow_model(repository / "bounded", BOUNDED)
+    write_long_row_model(repository / "levels", LEVELS)
+    write_long_row_model(repository / "bounded", BOUNDED)
     write_padding_model(repository / "padded")
     names = ["bounded", "levels", "ordered", "padded", "unordered"]
     with running_server(repository, names, root) as server:
@@ -189,25 +197,7 @@ class Answers:
         return [self.done.get(timeout=timeout) for _ in range(count)]
 
 
-# The queue tests below time a busy request's compute (>= 50 ms) against the client's 10-30 ms
-# sleeps. Under AddressSanitizer the worker does not keep that timing (one of three CI ASan runs
-# failed three of them: the busy request was still queued, or done, when the next arrived); the
-# plain run checks them.
-timed_against_the_worker = pytest.mark.skipif(
-    UNDER_ASAN,
-    reason="queue timing against a busy worker is checked without AddressSanitizer (it shifts it)",
-)
-
-
-def occupy(
-    client: grpcclient.InferenceServerClient, model: str, answers: Answers, rows: int = 1
-) -> None:
-    """Starts a request that keeps the model's only instance busy. The idle worker takes it
-    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms).
-    The channel connects first: two calls on a connecting channel reach the server in any order."""
-    assert client.is_server_live()
-    client.async_infer(model, fp32_input(column(*[-1.0] * rows)), answers.callback("busy"))
-    time.sleep(0.01)
+BUSY = {"busy0", "busy1"}  # occupy's two requests
 
 
 def executions(client: grpcclient.InferenceServerClient, model: str) -> int:
@@ -266,21 +256,24 @@ def test_preserve_ordering_answers_a_stream_in_request_order(
 
 
 def test_padding_uses_the_pad_value_and_slices_it_off_again(
-    triton: grpcclient.InferenceServerClient,
+    settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
-    """A 1-row request of length 2 and a 2-row one of length 5 wait behind a busy batch and are
-    computed together: the model sees the short row padded with 2.5 to length 5 (PADDED), and
-    OUTPUT0 comes back cut to each request's own length."""
+    """A 1-row request of length 2 and a 2-row one of length 5 wait behind two busy batches and
+    are computed together: the model sees the short row padded with 2.5 to length 5 (PADDED),
+    and OUTPUT0 comes back cut to each request's own length."""
     before = executions(triton, "padded")
     answers = Answers()
-    occupy(triton, "padded", answers, rows=8)  # 8 rows of length 1: about 80 ms
+    # Two 8-row busy batches (max_batch_size 8): they cannot share one.
+    occupy(triton, settings_server, "padded", answers.callback, rows=8, length=2048)
     short = np.array([[1.0, -2.0]], np.float32)
     long = np.arange(10, dtype=np.float32).reshape(2, 5) - 4
     triton.async_infer("padded", fp32_input(short), answers.callback("short"))
     triton.async_infer("padded", fp32_input(long), answers.callback("long"))
-    results = {tag: (result, error) for tag, result, error in answers.wait(3)}
+    settings_server.wait_for_pending("padded", 3)
+    results = {tag: (result, error) for tag, result, error in answers.wait(4)}
     assert all(error is None for _, error in results.values()), results
-    assert executions(triton, "padded") - before == 2, "the two requests did not share a batch"
+    # The two busy batches and one more: the two requests shared it.
+    assert executions(triton, "padded") - before == 3, "the two requests did not share a batch"
     short_result, long_result = results["short"][0], results["long"][0]
     np.testing.assert_array_equal(short_result.as_numpy("OUTPUT0"), short)
     np.testing.assert_array_equal(
@@ -293,59 +286,64 @@ def test_padding_uses_the_pad_value_and_slices_it_off_again(
 # Queue policies of single priority levels
 
 
-@timed_against_the_worker
 def test_a_level_s_own_max_queue_size_refuses_while_the_default_level_queues(
-    triton: grpcclient.InferenceServerClient,
+    settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
     answers = Answers()
-    occupy(triton, "levels", answers)
+    occupy(triton, settings_server, "levels", answers.callback)  # one busy request queued
     triton.async_infer("levels", fp32_input(column(1.0)), answers.callback("p1"), priority=1)
-    time.sleep(0.01)
+    settings_server.wait_for_pending("levels", 2)
     with pytest.raises(InferenceServerException) as refused:
         triton.infer("levels", fp32_input(column(2.0)), priority=1)
     assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
     assert "priority level 1 is full (max_queue_size 1)" in refused.value.message()
     for i in range(3):  # level 4, the default: no limit
         triton.async_infer("levels", fp32_input(column(10.0 + i)), answers.callback(f"d{i}"))
-    results = answers.wait(5)
-    assert [error for _, _, error in results] == [None] * 5, results
-    # Level 1 first; the three sent at once arrive in no defined order among themselves.
+    settings_server.wait_for_pending("levels", 5)
+    results = answers.wait(6)
+    assert [error for _, _, error in results] == [None] * 6, results
+    # Level 1 first, then the busy request queued at level 4 before the three (sent at once,
+    # they arrive in no defined order among themselves).
     tags = [tag for tag, _, _ in results]
-    assert tags[:2] == ["busy", "p1"] and sorted(tags[2:]) == ["d0", "d1", "d2"], tags
+    assert {tags[0], tags[2]} == BUSY and tags[1] == "p1", tags
+    assert sorted(tags[3:]) == ["d0", "d1", "d2"], tags
 
 
-@timed_against_the_worker
 def test_a_level_s_own_timeout_rejects_while_the_default_level_waits(
-    triton: grpcclient.InferenceServerClient,
+    settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
     answers = Answers()
-    occupy(triton, "levels", answers)
+    occupy(triton, settings_server, "levels", answers.callback)
     triton.async_infer("levels", fp32_input(column(1.0)), answers.callback("p2"), priority=2)
     triton.async_infer("levels", fp32_input(column(2.0)), answers.callback("default"))
-    results = {tag: error for tag, _, error in answers.wait(3)}
-    assert results["busy"] is None
-    assert results["default"] is None  # queued for longer than 20 ms, under no timeout
+    results = {tag: error for tag, _, error in answers.wait(4)}
+    assert results["busy0"] is None and results["busy1"] is None, results
+    # Queued behind a whole busy request (far longer than 20 ms), under no timeout.
+    assert results["default"] is None
     assert isinstance(results["p2"], InferenceServerException), results
     assert results["p2"].status() == "StatusCode.UNAVAILABLE"
     assert "timeout" in results["p2"].message()
 
 
-@timed_against_the_worker
 def test_a_level_s_delay_action_moves_a_timed_out_request_behind_its_level(
-    triton: grpcclient.InferenceServerClient,
+    settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
     """Level 3: "late" asks for a 5 ms timeout (overriding 10 s) and, on it, is moved behind
-    the level's queue, so "next", sent 30 ms later, is computed first; neither is rejected."""
+    the level's queue, so "next", queued after it, is computed first; neither is rejected. Both
+    wait behind a whole busy request, far longer than 5 ms: the batcher sees late's timeout
+    before it takes either (it expires requests before it forms each batch)."""
     answers = Answers()
-    occupy(triton, "levels", answers)
+    occupy(triton, settings_server, "levels", answers.callback)
     triton.async_infer(
         "levels", fp32_input(column(1.0)), answers.callback("late"), priority=3, timeout=5000
     )
-    time.sleep(0.03)
+    settings_server.wait_for_pending("levels", 2)
     triton.async_infer("levels", fp32_input(column(2.0)), answers.callback("next"), priority=3)
-    results = answers.wait(3)
-    assert [error for _, _, error in results] == [None] * 3, results
-    assert [tag for tag, _, _ in results] == ["busy", "next", "late"]
+    settings_server.wait_for_pending("levels", 3)
+    results = answers.wait(4)
+    assert [error for _, _, error in results] == [None] * 4, results
+    tags = [tag for tag, _, _ in results]
+    assert tags[0] in BUSY and tags[1:3] == ["next", "late"] and tags[3] in BUSY, tags
 
 
 # Failure reasons in the metrics
@@ -375,18 +373,15 @@ def expect_one_more(
     while (now := failures(server, model)) != expected:
         if time.monotonic() > deadline:
             pytest.fail(f"failures of {model}: {now}, expected {expected}")
-        time.sleep(0.02)
+        time.sleep(0.02)  # the poll's period
 
 
-@timed_against_the_worker
 def test_a_full_queue_counts_as_rejected(
     settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
     before = failures(settings_server, "bounded")
     answers = Answers()
-    occupy(triton, "bounded", answers)
-    triton.async_infer("bounded", fp32_input(column(1.0)), answers.callback("queued"))
-    time.sleep(0.01)
+    occupy(triton, settings_server, "bounded", answers.callback)  # its queue of one is full
     with pytest.raises(InferenceServerException) as refused:
         triton.infer("bounded", fp32_input(column(2.0)))
     assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
@@ -394,20 +389,20 @@ def test_a_full_queue_counts_as_rejected(
     expect_one_more(settings_server, "bounded", before, "REJECTED")
 
 
-@timed_against_the_worker
 def test_a_cancelled_request_counts_as_canceled(
     settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
-    before = failures(settings_server, "bounded")
+    """On levels' default level (no limit: occupy fills bounded's queue of one)."""
+    before = failures(settings_server, "levels")
     answers = Answers()
-    occupy(triton, "bounded", answers)
-    call = triton.async_infer("bounded", fp32_input(column(1.0)), answers.callback("cancelled"))
-    settings_server.wait_for_pending("bounded", 1)  # queued: the busy request computes ~80 ms
+    occupy(triton, settings_server, "levels", answers.callback)
+    call = triton.async_infer("levels", fp32_input(column(1.0)), answers.callback("cancelled"))
+    settings_server.wait_for_pending("levels", 2)  # queued behind a whole busy request
     call.cancel()
-    results = {tag: error for tag, _, error in answers.wait(2)}
-    assert results["busy"] is None
+    results = {tag: error for tag, _, error in answers.wait(3)}
+    assert results["busy0"] is None and results["busy1"] is None, results
     assert isinstance(results["cancelled"], InferenceServerException), results
-    expect_one_more(settings_server, "bounded", before, "CANCELED")
+    expect_one_more(settings_server, "levels", before, "CANCELED")
 
 
 def test_an_executor_failure_counts_as_backend(failing_server: ServerProcess) -> None:

@@ -1,17 +1,20 @@
 """Dynamic batching through a live server and tritonclient: batched rows come back to their own
 callers, and the queue policies (priority, queue size, timeouts, deadlines, cancellation) hold.
 
-Queueing is made observable with a deliberately slow model (four 1024x1024 matrix products per
-row, about 100 ms here) served by one instance, so later requests wait behind it. The batching
-tests use lighter ones (256x256, about 1.5 ms a row): a burst then arrives faster than requests
-are served one by one, which is when the batcher waits for company (max_queue_delay_microseconds
-is an upper bound: requests a model serves as fast as they come are not held for company).
+Queueing is made observable with deliberately slow models served by one instance, so later
+requests wait behind them: the queue-policy models (``slow_model.write_long_row_model``) compute a
+busy request's long row for over half a second while the requests under test, one short row each,
+compute in milliseconds; ``slow_batched`` computes about 100 ms a row (four 1024x1024 matrix
+products). Every test waits for the queue it needs (``nv_inference_pending_request_count``) and
+for the statistics it counts, never for time. The batching tests use lighter models (256x256,
+about 1.5 ms a row): a burst then arrives faster than requests are served one by one, which is
+when the batcher waits for company (max_queue_delay_microseconds is an upper bound: requests a
+model serves as fast as they come are not held for company).
 """
 
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +23,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import ServerProcess, running_server
-from tests.integration.slow_model import fp32_input, write_slow_model
+from tests.integration.conftest import ServerProcess, running_server, wait_until
+from tests.integration.slow_model import (
+    BUSY_LENGTH,
+    fp32_input,
+    occupy,
+    write_long_row_model,
+    write_slow_model,
+)
 
 SLOW_IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
@@ -29,25 +38,28 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 """
+LONG_ROW_IO = SLOW_IO.replace("dims: [ 1 ]", "dims: [ -1 ]")
 
-MODELS: dict[str, str] = {
-    # max_batch_size 1: one request per execution, so the queue order is the execution order.
+# Long-row models, max_batch_size 1: one request per execution, so the queue order is the
+# execution order.
+QUEUE_POLICY_MODELS: dict[str, str] = {
     "slow_priority": "max_batch_size: 1\n"
-    + SLOW_IO
+    + LONG_ROW_IO
     + "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
     "slow_bounded": "max_batch_size: 1\n"
-    + SLOW_IO
+    + LONG_ROW_IO
     + "dynamic_batching { default_queue_policy { max_queue_size: 2 } }",
     "slow_timeout": "max_batch_size: 1\n"
-    + SLOW_IO
+    + LONG_ROW_IO
     + "dynamic_batching { default_queue_policy { default_timeout_microseconds: 20000 } }",
-    "slow_override": "max_batch_size: 1\n" + SLOW_IO + "dynamic_batching { default_queue_policy {"
+    "slow_override": "max_batch_size: 1\n"
+    + LONG_ROW_IO
+    + "dynamic_batching { default_queue_policy {"
     " default_timeout_microseconds: 60000000 allow_timeout_override: true } }",
-    "slow_plain": "max_batch_size: 1\n" + SLOW_IO + "dynamic_batching { }",
-    "slow_batched": "max_batch_size: 16\n"
-    + SLOW_IO
-    + "dynamic_batching { max_queue_delay_microseconds: 2000 }",
 }
+SLOW_BATCHED = (
+    "max_batch_size: 16\n" + SLOW_IO + "dynamic_batching { max_queue_delay_microseconds: 2000 }"
+)
 
 
 # Light slow models of any length (the padding test pads INPUT0 with -7 and slices OUTPUT0 back).
@@ -71,13 +83,13 @@ parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }
 def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("batching")
     repository = root / "models"
-    for name, config in MODELS.items():
-        write_slow_model(repository / name, config)
+    for name, config in QUEUE_POLICY_MODELS.items():
+        write_long_row_model(repository / name, config)
+    write_slow_model(repository / "slow_batched", SLOW_BATCHED)
     write_slow_model(repository / "batched_identity", LIGHT_IO, LIGHT_SIZE, "length")
     write_slow_model(repository / "padded_identity", LIGHT_IO + PADDED, LIGHT_SIZE, "length")
-    with running_server(
-        repository, [*MODELS, "batched_identity", "padded_identity"], root
-    ) as server:
+    models = [*QUEUE_POLICY_MODELS, "slow_batched", "batched_identity", "padded_identity"]
+    with running_server(repository, models, root) as server:
         yield server
 
 
@@ -107,13 +119,20 @@ def stats(client: grpcclient.InferenceServerClient, model: str) -> Any:
     return client.get_inference_statistics(model).model_stats[0]
 
 
-def occupy(client: grpcclient.InferenceServerClient, model: str, answers: Answers) -> None:
-    """Starts a request that keeps the model's only instance busy. The idle worker takes it
-    within microseconds; 10 ms is far more than that and far less than the compute (>= 50 ms).
-    The channel connects first: two calls on a connecting channel reach the server in any order."""
-    assert client.is_server_live()
-    client.async_infer(model, fp32_input(np.array([[-1.0]], np.float32)), answers.callback("busy"))
-    time.sleep(0.01)
+def one_row(value: float) -> list[grpcclient.InferInput]:
+    return fp32_input(np.array([[value]], np.float32))
+
+
+def wait_for_inferences(
+    client: grpcclient.InferenceServerClient, model: str, before: Any, count: int
+) -> Any:
+    """The model's statistics once at least ``count`` more inferences than ``before`` are
+    counted (they may follow the answers)."""
+    wait_until(
+        lambda: stats(client, model).inference_count - before.inference_count >= count,
+        f"{count} more inferences of {model}",
+    )
+    return stats(client, model)
 
 
 def fill_two_batches(
@@ -194,74 +213,70 @@ def test_batched_slow_model_runs_fewer_executions_than_requests(
 
 
 def test_higher_priority_requests_overtake_queued_ones(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    occupy(triton, "slow_priority", answers)
+    occupy(triton, batching_server, "slow_priority", answers.callback)
     # Calls sent at once on separate HTTP/2 streams have no defined arrival order (the server's
-    # gRPC threads take them in parallel): a few ms apart, the queue's order is what is tested.
+    # gRPC threads take them in parallel): each is seen queued before the next is sent.
     for i in range(3):
-        triton.async_infer(
-            "slow_priority",
-            fp32_input(np.array([[float(i)]], np.float32)),
-            answers.callback(f"low{i}"),
-        )
-        time.sleep(0.003)
-    triton.async_infer(
-        "slow_priority",
-        fp32_input(np.array([[9.0]], np.float32)),
-        answers.callback("high"),
-        priority=1,
-    )
-    order = [tag for tag, _, error in answers.wait(5) if error is None]
-    assert order[0] == "busy"
+        triton.async_infer("slow_priority", one_row(float(i)), answers.callback(f"low{i}"))
+        batching_server.wait_for_pending("slow_priority", 2 + i)
+    triton.async_infer("slow_priority", one_row(9.0), answers.callback("high"), priority=1)
+    batching_server.wait_for_pending("slow_priority", 5)
+    order = [tag for tag, _, error in answers.wait(6) if error is None]
+    # The busy request computing first; the other waited at the default level, with the lows.
+    assert {order[0], order[2]} == {"busy0", "busy1"}, order
     assert order[1] == "high", order
-    assert order[2:] == ["low0", "low1", "low2"], order  # FIFO within a level
+    assert order[3:] == ["low0", "low1", "low2"], order  # FIFO within a level
 
 
 def test_a_full_queue_answers_resource_exhausted(
     triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    occupy(triton, "slow_bounded", answers)
-    for i in range(2):
-        triton.async_infer(
-            "slow_bounded", fp32_input(np.array([[1.0]], np.float32)), answers.callback(f"q{i}")
-        )
-    # Both queued behind the busy one (under AddressSanitizer they take more than 10 ms to land).
+    occupy(triton, batching_server, "slow_bounded", answers.callback)  # one busy request queued
+    triton.async_infer("slow_bounded", one_row(1.0), answers.callback("queued"))
     batching_server.wait_for_pending("slow_bounded", 2)
     with pytest.raises(InferenceServerException) as refused:
-        triton.infer("slow_bounded", fp32_input(np.array([[1.0]], np.float32)))
+        triton.infer("slow_bounded", one_row(1.0))
     assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
     assert "max_queue_size 2" in refused.value.message()
     assert all(error is None for _, _, error in answers.wait(3))
 
 
 def test_a_queue_timeout_rejects_without_computing(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
+    """Two busy requests at once: whichever computes first, the other waits in the queue past its
+    20 ms timeout (the first computes for over half a second) and is rejected, never computed."""
     answers = Answers()
-    occupy(triton, "slow_timeout", answers)
     before = stats(triton, "slow_timeout")
-    with pytest.raises(InferenceServerException) as timed_out:
-        triton.infer("slow_timeout", fp32_input(np.array([[1.0]], np.float32)))
-    assert timed_out.value.status() == "StatusCode.UNAVAILABLE"
-    assert "timeout" in timed_out.value.message()
-    answers.wait(1)
-    after = stats(triton, "slow_timeout")
-    assert after.execution_count - before.execution_count <= 1  # only the busy request ran
+    assert triton.is_server_live()  # connected: see occupy
+    busy = fp32_input(np.full((1, BUSY_LENGTH), -1.0, np.float32))
+    for tag in ("busy0", "busy1"):
+        triton.async_infer("slow_timeout", busy, answers.callback(tag))
+    errors = [error for _, _, error in answers.wait(2) if error is not None]
+    assert len(errors) == 1, errors
+    assert errors[0].status() == "StatusCode.UNAVAILABLE"
+    assert "timeout" in errors[0].message()
+    # A request after both: had the rejected one been computed, it would have been before this.
+    triton.infer("slow_timeout", one_row(1.0))
+    after = wait_for_inferences(triton, "slow_timeout", before, 2)
+    assert after.inference_count - before.inference_count == 2
+    assert after.execution_count - before.execution_count == 2  # a busy one and the last
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 
 def test_the_timeout_parameter_shortens_the_queue_timeout(
-    triton: grpcclient.InferenceServerClient,
+    triton: grpcclient.InferenceServerClient, batching_server: ServerProcess
 ) -> None:
     answers = Answers()
-    occupy(triton, "slow_override", answers)
+    occupy(triton, batching_server, "slow_override", answers.callback)
     with pytest.raises(InferenceServerException) as timed_out:
-        triton.infer("slow_override", fp32_input(np.array([[1.0]], np.float32)), timeout=5000)
+        triton.infer("slow_override", one_row(1.0), timeout=5000)
     assert timed_out.value.status() == "StatusCode.UNAVAILABLE"
-    answers.wait(1)
+    assert all(error is None for _, _, error in answers.wait(2))  # under the 60 s default
 
 
 def test_a_deadline_that_passes_in_the_queue_is_never_computed(
@@ -271,14 +286,16 @@ def test_a_deadline_that_passes_in_the_queue_is_never_computed(
     before = stats(triton, "slow_batched")
     fill_two_batches(triton, batching_server, answers)
     with pytest.raises(InferenceServerException) as late:
-        triton.infer("slow_batched", fp32_input(np.array([[1.0]], np.float32)), client_timeout=0.04)
+        triton.infer("slow_batched", one_row(1.0), client_timeout=0.04)
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     answers.wait(2)
-    # Long enough for the late request to have been computed had it stayed queued: grpc's own
-    # cancellation at the deadline leaves it to the core's deadline, so only that takes it out.
-    time.sleep(0.3)
-    after = stats(triton, "slow_batched")
-    assert after.execution_count - before.execution_count == 2  # busy and queued, not the late
+    # grpc's own cancellation at the deadline leaves the late request to the core's deadline, so
+    # only that takes it out of the queue. A request after the busy ones: had the late one stayed
+    # queued, it would have been computed before this one, or with it.
+    triton.infer("slow_batched", one_row(2.0))
+    after = wait_for_inferences(triton, "slow_batched", before, 33)
+    assert after.inference_count - before.inference_count == 33  # two batches of 16, the last
+    assert after.execution_count - before.execution_count == 3
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 
@@ -288,16 +305,17 @@ def test_a_cancelled_call_leaves_the_queue(
     answers = Answers()
     before = stats(triton, "slow_batched")
     fill_two_batches(triton, batching_server, answers)
-    call = triton.async_infer(
-        "slow_batched", fp32_input(np.array([[1.0]], np.float32)), answers.callback("cancelled")
-    )
+    call = triton.async_infer("slow_batched", one_row(1.0), answers.callback("cancelled"))
     batching_server.wait_for_pending("slow_batched", 2)
     call.cancel()
     results = answers.wait(3)
     assert {tag for tag, _, _ in results} == {"busy", "queued", "cancelled"}
-    time.sleep(0.05)
-    after = stats(triton, "slow_batched")
-    assert after.execution_count - before.execution_count == 2  # busy and queued
+    # A request after the busy ones: had the cancelled one stayed queued, it would have been
+    # computed before this one, or with it.
+    triton.infer("slow_batched", one_row(2.0))
+    after = wait_for_inferences(triton, "slow_batched", before, 33)
+    assert after.inference_count - before.inference_count == 33  # two batches of 16, the last
+    assert after.execution_count - before.execution_count == 3
     assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
 
 
@@ -306,6 +324,6 @@ def test_a_priority_beyond_the_levels_is_invalid(
     triton: grpcclient.InferenceServerClient, priority: int
 ) -> None:
     with pytest.raises(InferenceServerException) as bad:
-        triton.infer("slow_priority", fp32_input(np.array([[1.0]], np.float32)), priority=priority)
+        triton.infer("slow_priority", one_row(1.0), priority=priority)
     assert bad.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "outside 1..2" in bad.value.message()
