@@ -306,37 +306,25 @@ def rss_kib(pid: int) -> int | None:
 # --- perf_analyzer ----------------------------------------------------------------------------
 
 
-def cudart_dir(python: str) -> str:
-    """Folder with libcudart.so.12 from the nvidia-cuda-runtime-cu12 wheel (installed if absent).
-    perf_analyzer links it although it runs without a GPU."""
-    probe = (
-        "import nvidia.cuda_runtime, os; "
-        "print(os.path.join(nvidia.cuda_runtime.__path__[0], 'lib'))"
-    )
-    found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    if found.returncode != 0:
-        subprocess.run(
-            [python, "-m", "pip", "install", "-q", "nvidia-cuda-runtime-cu12"], check=True
-        )
-        found = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
-    return found.stdout.strip()
-
-
 @dataclass(frozen=True)
 class PerfAnalyzer:
+    """tritonclient's perf_analyzer, run through inferd's wrapper beside ``python``
+    (``inferd-perf-analyzer``, python/inferd/perf_analyzer.py), which puts the CUDA runtime
+    library perf_analyzer loads on its library path and then becomes perf_analyzer (same pid,
+    its signals and exit status)."""
+
     binary: str
     env: dict[str, str]
 
     @classmethod
     def find(cls, python: str) -> PerfAnalyzer:
-        binary = shutil.which("perf_analyzer", path=str(Path(python).parent))
-        if binary is None:
+        wrapper = Path(python).parent / "inferd-perf-analyzer"
+        if not wrapper.is_file():
             raise SystemExit(
-                "perf_analyzer not found next to the Python (pip install tritonclient==2.41.0)"
+                f"{wrapper} not found: install inferd with its dev extra into that environment "
+                "(make build)"
             )
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = cudart_dir(python) + ":" + env.get("LD_LIBRARY_PATH", "")
-        return cls(binary, env)
+        return cls(str(wrapper), dict(os.environ))
 
     def command(
         self,

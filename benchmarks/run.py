@@ -37,8 +37,8 @@ every tool's log under ``logs/`` into ``--out`` (default ``benchmarks/out/<times
 git-ignored).
 
 perf_analyzer ships in the ``tritonclient==2.41.0`` wheel; it needs Debian's ``libb64-0d`` and
-``libcudart.so.12`` (pip ``nvidia-cuda-runtime-cu12``, found and put on LD_LIBRARY_PATH here)
-although it runs without a GPU.
+``libcudart.so.12`` (pip ``nvidia-cuda-runtime-cu12``, in inferd's dev extra) although it runs
+without a GPU: it is run through ``inferd-perf-analyzer``, which puts that library on its path.
 """
 
 from __future__ import annotations
