@@ -3,7 +3,7 @@ made with ``tritonclient.utils.shared_memory`` (POSIX objects in /dev/shm) and a
 server's Unix socket, where inferd serves shared memory by default (--shared-memory-listeners).
 
 tritonclient 2.41's ``utils.shared_memory`` finds its C library through ``pkg_resources``, which
-setuptools 81 removed: the dev extra pins setuptools below 81 (README, Shared memory). Setuptools
+setuptools 81 removed: the dev extra pins setuptools below 81 (docs/shared-memory.md). Setuptools
 80 warns at that import (UserWarning, "pkg_resources is deprecated as an API"); it is ignored here,
 for that one import and that one message, since pytest makes every warning an error.
 """

@@ -1,7 +1,7 @@
 """The example repository's python models and ensemble served (`inferd make-examples`): the
 session server's ``tokenize`` (python backend) and ``text_embedding`` (tokenize -> embed)
 answer through tritonclient exactly as the same model.py and ONNX model run in-process, and the
-decoupled ``generate`` streams its documented tokens (the README's snippet among them)."""
+decoupled ``generate`` streams its documented tokens (docs/examples.md's snippet among them)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.python_backend import pb_utils
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLES_DOC = Path(__file__).resolve().parents[2] / "docs" / "examples.md"
 
 TEXTS = ["hello world", "", "naïve café, longer than sixteen bytes", "tokens"]
 
@@ -154,10 +154,10 @@ def test_generate_answers_model_infer_unimplemented(
     assert str(raised.value.status()) == "StatusCode.UNIMPLEMENTED", raised.value
 
 
-def test_the_readme_streaming_snippet_prints_the_generated_tokens(url: str) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def test_the_docs_streaming_snippet_prints_the_generated_tokens(url: str) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", EXAMPLES_DOC.read_text(), flags=re.S)
     (snippet,) = [block for block in blocks if '"generate"' in block]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(snippet.replace('"localhost:8001"', repr(url)), str(README), "exec"), {})
+        exec(compile(snippet.replace('"localhost:8001"', repr(url)), str(EXAMPLES_DOC), "exec"), {})
     assert out.getvalue().splitlines() == ["to", "be", "or", "not", "to", "be"]

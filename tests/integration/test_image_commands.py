@@ -45,16 +45,18 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def _readme_fleet_client_is_ready(target: str) -> None:
-    """README's Deploy snippet (a client balancing over the headless Service's addresses), with
-    its target pointed at the live server, builds a client that reaches it."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/deploy.md's fleet snippet (a client balancing over the headless Service's
+    addresses), with its target pointed at the live server, builds a client that reaches it."""
+    deploy_doc = (ROOT / "docs" / "deploy.md").read_text()
     (block,) = [
-        b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "inferd-headless" in b
+        b
+        for b in re.findall(r"```python\n(.*?)```", deploy_doc, flags=re.S)
+        if "inferd-headless" in b
     ]
     code = re.sub(r'"dns:///inferd-headless[^"]*"', repr(target), block)
     assert code != block
     namespace: dict[str, object] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/deploy.md", "exec"), namespace)
     client = namespace["client"]
     try:
         assert client.is_server_ready()  # type: ignore[attr-defined]

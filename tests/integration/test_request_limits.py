@@ -180,10 +180,10 @@ def test_health_answers_while_a_large_valid_bytes_request_is_computed(
 
 # --- memory returns after large requests (item 1, memory) ----------------------------------------
 
-# README: idle again within 768 MB of what the server held before four concurrent 400 MB requests
-# were computed. What stays is ONNX Runtime's CPU arena, which keeps the largest output (400 MB)
-# for reuse (+401 to +507 MB measured); without malloc_trim, glibc's arenas kept more (+1010 MB
-# after this module's other tests, +2100 MB on a fresh server).
+# docs/request-limits.md: idle again within 768 MB of what the server held before four concurrent
+# 400 MB requests were computed. What stays is ONNX Runtime's CPU arena, which keeps the largest
+# output (400 MB) for reuse (+401 to +507 MB measured); without malloc_trim, glibc's arenas kept
+# more (+1010 MB after this module's other tests, +2100 MB on a fresh server).
 RSS_IDLE_BOUND_MB = 768
 
 

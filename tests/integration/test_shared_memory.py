@@ -25,7 +25,7 @@ from tests.integration.conftest import ServerProcess, running_server
 from tests.integration.shm_client import client_region, expect_error, shm, unix_client
 from tests.integration.slow_model import write_slow_model
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SHARED_MEMORY_DOC = Path(__file__).resolve().parents[2] / "docs" / "shared-memory.md"
 FIXED_SIZE = [name for name, datatype in DATATYPES.items() if not datatype.is_bytes]
 
 # A light model (256x256 products a row) with dynamic batching and one instance: a burst of
@@ -429,12 +429,12 @@ def test_the_tcp_port_serves_shared_memory_when_the_listeners_flag_says_all(
         tcp.unregister_system_shared_memory()
 
 
-def test_the_readme_shared_memory_snippet_runs(shm_server: ServerProcess) -> None:
-    """README, Shared memory: the tritonclient snippet, with this server's socket and a key of
+def test_the_docs_shared_memory_snippet_runs(shm_server: ServerProcess) -> None:
+    """docs/shared-memory.md: the tritonclient snippet, with this server's socket and a key of
     its own, prints the identity model's answer from the region."""
     [code] = [
         block
-        for block in re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+        for block in re.findall(r"```python\n(.*?)```", SHARED_MEMORY_DOC.read_text(), flags=re.S)
         if "register_system_shared_memory" in block
     ]
     code = code.replace("unix:///run/inferd/inferd.sock", f"unix://{shm_server.unix_socket}")
@@ -443,7 +443,7 @@ def test_the_readme_shared_memory_snippet_runs(shm_server: ServerProcess) -> Non
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            exec(compile(code, str(README), "exec"), {})
+            exec(compile(code, str(SHARED_MEMORY_DOC), "exec"), {})
     finally:  # where the server fails, the snippet never reaches its destroy: unlink here
         (Path("/dev/shm") / key.lstrip("/")).unlink(missing_ok=True)
     assert out.getvalue().startswith("[[ 0.  1.  2.  3."), out.getvalue()
