@@ -7,8 +7,8 @@ Composing models, FP32 ``[batch, 4]`` unless said, max_batch_size 8, dynamically
 -> SUM = A + B; ``double1`` X -> Y = 2 X on ``[batch, 1]``; ``gather`` (gather_model.py) INPUT0
 INT64 ``[batch, 1]`` -> OUTPUT0 = TABLE[INPUT0], failing inside ONNX Runtime for an index
 outside 0..3; ``busy`` and ``slow`` (slow_model.py) INPUT0 -> OUTPUT0 = INPUT0 after work that
-scales with the rows, light (about 1.5 ms a row) and heavy (about 100 ms a row); ``ordered`` as
-``slow``, one request at a time, by priority.
+scales with the rows, light (about 1.5 ms a row) and heavy (about 100 ms a row); ``ordered``
+heavier still (about 0.8 s a row), one request at a time, by priority.
 
 Ensembles: DIAMOND (pre fans out to left and right, combine adds them; outputs OUT and the
 intermediate SQUARE), CHAIN (pre -> left -> right), LOOKUP (gather -> double1, listed in the
@@ -151,6 +151,9 @@ dynamic_batching {{ {batching} }}
 
 BUSY_SIZE = 256  # about 1.5 ms a row: a burst of clients queues behind it and batches form
 SLOW_SIZE = 1024  # about 100 ms a row: one request keeps the model busy while others queue
+# About 0.8 s a row (8 x SLOW_SIZE's work): a queue behind one request holds long enough for a
+# metrics poll to see it under AddressSanitizer on a loaded machine.
+ORDERED_SIZE = 2048
 
 
 def write_busy(model_dir: Path) -> None:
@@ -166,12 +169,12 @@ def write_slow(model_dir: Path) -> None:
 
 
 def write_ordered(model_dir: Path) -> None:
-    """``ordered``: as ``slow``, one request per execution (max_batch_size 1) taken by priority
-    (levels 1 and 2, 2 by default): the execution order is the queue's."""
+    """``ordered``: as ``slow``, heavier, one request per execution (max_batch_size 1) taken by
+    priority (levels 1 and 2, 2 by default): the execution order is the queue's."""
     config = _slow_config(
         model_dir.name, "priority_levels: 2 default_priority_level: 2", max_batch_size=1
     )
-    write_slow_model(model_dir, config, SLOW_SIZE, WIDTH)
+    write_slow_model(model_dir, config, ORDERED_SIZE, WIDTH)
 
 
 def _step(model: str, inputs: Mapping[str, str], outputs: Mapping[str, str]) -> str:

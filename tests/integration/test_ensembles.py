@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, wait_until
 from tests.integration.ensemble_models import (
     DIAMOND,
     GATHER_CONFIG,
@@ -99,6 +98,33 @@ def rows(rng: np.random.Generator, count: int) -> np.ndarray:
 
 def stats(client: grpcclient.InferenceServerClient, model: str) -> Any:
     return client.get_inference_statistics(model).model_stats[0]
+
+
+def expect_nothing_more_computed(
+    client: grpcclient.InferenceServerClient, before_slow: Any, before_chain: Any
+) -> None:
+    """After the two full batches of the tests below and slow_chain's request that failed with
+    its step queued: that step was never computed. Once the ensemble request has failed (its
+    failure counted), a request to slow would be computed after its step, or with it, had the
+    step stayed queued; so once that request is counted, slow's counts are exact."""
+    wait_until(
+        lambda: (
+            stats(client, "slow_chain").inference_stats.fail.count
+            == before_chain.inference_stats.fail.count + 1
+        ),
+        "slow_chain's failure counted",
+    )
+    client.infer("slow", [fp32("INPUT0", np.zeros((1, WIDTH), np.float32))])
+    expected = 2 * MAX_BATCH_SIZE + 1  # rows, as Triton counts them: two full batches, the last
+    wait_until(
+        lambda: stats(client, "slow").inference_count - before_slow.inference_count >= expected,
+        "the last request to slow counted",
+    )
+    after_slow = stats(client, "slow")
+    assert after_slow.inference_count - before_slow.inference_count == expected
+    assert after_slow.execution_count - before_slow.execution_count == 3
+    after_chain = stats(client, "slow_chain")
+    assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
 
 
 def test_diamond_and_chain_answer_as_their_models_run_one_by_one(
@@ -290,15 +316,8 @@ def test_a_deadline_passing_while_a_step_is_queued_answers_deadline_exceeded(
         )
     assert late.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     assert {done.get(timeout=30), done.get(timeout=30)} == {"busy", "queued"}
-    # Long enough for the late step to have been computed had it stayed queued: only the core's
-    # deadline on the queued step takes it out.
-    time.sleep(0.3)
-    after_slow = stats(triton, "slow")
-    assert after_slow.execution_count - before_slow.execution_count == 2  # busy and queued only
-    # Rows, as Triton counts them: the busy batch's and the queued one's.
-    assert after_slow.inference_count - before_slow.inference_count == 2 * MAX_BATCH_SIZE
-    after_chain = stats(triton, "slow_chain")
-    assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
+    # Only the core's deadline on the queued step takes it out.
+    expect_nothing_more_computed(triton, before_slow, before_chain)
 
 
 def test_a_cancelled_call_takes_its_queued_step_out(
@@ -327,22 +346,17 @@ def test_a_cancelled_call_takes_its_queued_step_out(
     assert results["busy"] is None and results["queued"] is None, results
     assert results["cancelled"] is not None
     assert results["cancelled"].status() == "StatusCode.CANCELLED"
-    time.sleep(0.3)  # time enough to compute the step, had it stayed queued
-    after_slow = stats(triton, "slow")
-    assert after_slow.execution_count - before_slow.execution_count == 2  # busy and queued only
-    after_chain = stats(triton, "slow_chain")
-    assert after_chain.inference_stats.fail.count == before_chain.inference_stats.fail.count + 1
+    expect_nothing_more_computed(triton, before_slow, before_chain)
 
 
 def test_the_priority_reaches_the_queued_step(
     triton: grpcclient.InferenceServerClient, serving: ServerProcess
 ) -> None:
-    # ordered runs one request at a time, by priority (2 by default), ~100 ms each. While one of
-    # three direct requests at priority 2 computes and the other two queue, ordered_chain's step
-    # comes at priority 1: it must run before the last of them (next, unless a loaded machine
-    # delayed it past the second's start), which it can only if the ensemble request's priority
-    # reached it; at priority 2 it would run last. Which direct request the server took first is
-    # the transport's to decide.
+    # ordered runs one request at a time, by priority (2 by default), about 0.8 s each. While one
+    # of three direct requests at priority 2 computes and the other two queue, ordered_chain's
+    # step is seen queued at priority 1: it must run next, which it can only if the ensemble
+    # request's priority reached it; at priority 2 it would run last. Which direct request the
+    # server took first is the transport's to decide.
     finished: queue.Queue[tuple[str, Any]] = queue.Queue()
     row = np.ones((1, WIDTH), np.float32)
 
@@ -359,10 +373,11 @@ def test_the_priority_reaches_the_queued_step(
     send("ordered", "INPUT0", "low2", priority=2)
     serving.wait_for_pending("ordered", 2)
     send("ordered_chain", "IN", "high", priority=1)
+    serving.wait_for_pending("ordered", 3)  # pre has answered and the second step is queued
     done = [finished.get(timeout=30) for _ in range(4)]
     assert [error for _, error in done] == [None] * 4
     order = [tag for tag, _ in done]
-    assert order.index("high") in (1, 2), order
+    assert order[1] == "high", order
 
 
 def test_config_and_metadata_describe_the_ensemble(
@@ -721,17 +736,26 @@ def test_reloading_a_composing_model_under_ensemble_traffic_loses_nothing(
     threads = [threading.Thread(target=traffic, args=(n,)) for n in range(4)]
     for thread in threads:
         thread.start()
+
+    def wait_for_traffic() -> None:
+        """Until every client has had three more answers (or one failed)."""
+        since = list(answered)
+        wait_until(
+            lambda: bool(failures) or all(a - b >= 3 for a, b in zip(answered, since, strict=True)),
+            "three more answers for every client",
+        )
+
     try:
         for _ in range(3):
-            time.sleep(0.5)
+            wait_for_traffic()
             control.load_model("left")  # the same files: a new version replaces the serving one
-        time.sleep(0.5)
+        wait_for_traffic()
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
     assert failures == []
-    assert min(answered) > 5, answered  # every client's traffic spanned the reloads
+    assert min(answered) >= 12, answered  # every client's traffic spanned the reloads
     assert freed_versions(explicit, "left") == freed_before + 3  # three really replaced it
     assert control.is_model_ready("chain")
 
