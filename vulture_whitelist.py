@@ -59,16 +59,6 @@ _.intra_op_num_threads
 _.inter_op_num_threads
 _.log_severity_level
 
-# batching/policy.py: QueuePolicy, Padding and BatchingPolicy fields, copied into the core's
-# options of the same names (batching/core.py) and read there by pybind11-bound C++.
-_.delay_on_timeout
-_.default_timeout_us
-_.reference_input
-_.preferred_batch_sizes
-_.max_queue_delay_us
-_.level_queue_policies
-_.padding
-
 # models/control.py: ControlMode.NONE is built from the --model-control-mode string "none" (the
 # default in settings.py) by ControlMode(value) in server.py.
 _.NONE

@@ -1,6 +1,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "inferd/dynamic_batcher.h"
 #include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
@@ -8,34 +13,124 @@
 namespace py = pybind11;
 
 namespace inferd::python {
+namespace {
+
+// The names of a bound settings type's fields: its read-only properties, in definition order.
+std::vector<std::string> field_names(py::handle type) {
+  std::vector<std::string> names;
+  const py::object property = py::module_::import("builtins").attr("property");
+  for (auto item : type.attr("__dict__").cast<py::dict>()) {
+    if (py::isinstance(item.second, property)) names.push_back(item.first.cast<std::string>());
+  }
+  return names;
+}
+
+// __eq__ (field by field, as Python compares them) and __repr__ (Type(field=value, ...)) for a
+// bound settings type, from its fields as bound: a field added to the binding is in both.
+template <typename T>
+void define_value_methods(py::class_<T>& type) {
+  const std::vector<std::string> names = field_names(type);
+  type.def(
+          "__eq__",
+          [names](const py::object& self, const py::object& other) -> py::object {
+            if (!py::isinstance<T>(other)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+            for (const std::string& name : names) {
+              if (!self.attr(name.c_str()).equal(other.attr(name.c_str()))) return py::bool_(false);
+            }
+            return py::bool_(true);
+          },
+          py::is_operator())
+      .def("__repr__", [names](const py::object& self) {
+        std::string text = py::str(self.get_type().attr("__name__")).cast<std::string>() + "(";
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (i > 0) text += ", ";
+          text += names[i] + "=" + py::repr(self.attr(names[i].c_str())).cast<std::string>();
+        }
+        return text + ")";
+      });
+}
+
+}  // namespace
 
 void register_batching(py::module_& m) {
-  py::class_<QueuePolicy>(m, "QueuePolicy")
-      .def(py::init<>())
-      .def_readwrite("delay_on_timeout", &QueuePolicy::delay_on_timeout)
-      .def_readwrite("default_timeout_us", &QueuePolicy::default_timeout_us)
-      .def_readwrite("allow_timeout_override", &QueuePolicy::allow_timeout_override)
-      .def_readwrite("max_queue_size", &QueuePolicy::max_queue_size);
+  // The batching settings cross into the core as these types, built once from the model's config
+  // (inferd.repository.batching_config): keyword constructors with the core's own defaults and
+  // read-only fields, so no copy of them is made or changed field by field on the way.
+  const QueuePolicy default_queue;
+  py::class_<QueuePolicy> queue_policy(m, "QueuePolicy",
+                                       "A priority level's queue policy (Triton's ModelQueuePolicy).");
+  queue_policy
+      .def(py::init([](bool delay_on_timeout, uint64_t default_timeout_us, bool allow_timeout_override,
+                       uint32_t max_queue_size) {
+             return QueuePolicy{delay_on_timeout, default_timeout_us, allow_timeout_override, max_queue_size};
+           }),
+           py::kw_only(), py::arg("delay_on_timeout") = default_queue.delay_on_timeout,
+           py::arg("default_timeout_us") = default_queue.default_timeout_us,
+           py::arg("allow_timeout_override") = default_queue.allow_timeout_override,
+           py::arg("max_queue_size") = default_queue.max_queue_size)
+      .def_readonly("delay_on_timeout", &QueuePolicy::delay_on_timeout)
+      .def_readonly("default_timeout_us", &QueuePolicy::default_timeout_us)
+      .def_readonly("allow_timeout_override", &QueuePolicy::allow_timeout_override)
+      .def_readonly("max_queue_size", &QueuePolicy::max_queue_size);
+  define_value_methods(queue_policy);
 
-  py::class_<Padding>(m, "Padding")
-      .def(py::init<>())
-      .def_readwrite("inputs", &Padding::inputs)
-      .def_readwrite("value", &Padding::value)
-      .def_readwrite("reference_input", &Padding::reference_input)
-      .def_readwrite("outputs", &Padding::outputs);
+  const Padding default_padding;
+  py::class_<Padding> padding_type(m, "Padding", "Variable-length inputs padded to the longest of their batch.");
+  padding_type
+      .def(py::init([](std::vector<bool> inputs, double value, int reference_input,
+                       std::vector<std::vector<std::pair<size_t, size_t>>> outputs) {
+             return Padding{std::move(inputs), value, reference_input, std::move(outputs)};
+           }),
+           py::kw_only(), py::arg("inputs") = default_padding.inputs, py::arg("value") = default_padding.value,
+           py::arg("reference_input") = default_padding.reference_input, py::arg("outputs") = default_padding.outputs)
+      .def_readonly("inputs", &Padding::inputs)
+      .def_readonly("value", &Padding::value)
+      .def_readonly("reference_input", &Padding::reference_input)
+      .def_readonly("outputs", &Padding::outputs);
+  define_value_methods(padding_type);
 
-  py::class_<BatcherOptions>(m, "BatcherOptions")
-      .def(py::init<>())
-      .def_readwrite("dynamic", &BatcherOptions::dynamic)
-      .def_readwrite("max_batch_size", &BatcherOptions::max_batch_size)
-      .def_readwrite("preferred_batch_sizes", &BatcherOptions::preferred_batch_sizes)
-      .def_readwrite("max_queue_delay_us", &BatcherOptions::max_queue_delay_us)
-      .def_readwrite("priority_levels", &BatcherOptions::priority_levels)
-      .def_readwrite("default_priority_level", &BatcherOptions::default_priority_level)
-      .def_readwrite("default_queue_policy", &BatcherOptions::default_queue_policy)
-      .def_readwrite("level_queue_policies", &BatcherOptions::level_queue_policies)
-      .def_readwrite("preserve_ordering", &BatcherOptions::preserve_ordering)
-      .def_readwrite("padding", &BatcherOptions::padding);
+  const BatcherOptions default_options;
+  py::class_<BatcherOptions> options_type(
+      m, "BatcherOptions",
+      "How a model version's requests are queued and batched: its config's dynamic_batching "
+      "section (dynamic: whether it has one) and padding parameters.");
+  options_type
+      .def(py::init([](bool dynamic, int64_t max_batch_size, std::vector<int64_t> preferred_batch_sizes,
+                       uint64_t max_queue_delay_us, uint32_t priority_levels, uint32_t default_priority_level,
+                       const QueuePolicy& default_queue_policy, std::map<uint32_t, QueuePolicy> level_queue_policies,
+                       bool preserve_ordering, const Padding& padding) {
+             return BatcherOptions{dynamic,
+                                   max_batch_size,
+                                   std::move(preferred_batch_sizes),
+                                   max_queue_delay_us,
+                                   priority_levels,
+                                   default_priority_level,
+                                   default_queue_policy,
+                                   std::move(level_queue_policies),
+                                   preserve_ordering,
+                                   padding};
+           }),
+           py::kw_only(), py::arg("dynamic") = default_options.dynamic,
+           py::arg("max_batch_size") = default_options.max_batch_size,
+           py::arg("preferred_batch_sizes") = default_options.preferred_batch_sizes,
+           py::arg("max_queue_delay_us") = default_options.max_queue_delay_us,
+           py::arg("priority_levels") = default_options.priority_levels,
+           py::arg("default_priority_level") = default_options.default_priority_level,
+           py::arg("default_queue_policy") = default_options.default_queue_policy,
+           py::arg("level_queue_policies") = default_options.level_queue_policies,
+           py::arg("preserve_ordering") = default_options.preserve_ordering,
+           py::arg("padding") = default_options.padding)
+      .def_readonly("dynamic", &BatcherOptions::dynamic)
+      .def_readonly("max_batch_size", &BatcherOptions::max_batch_size)
+      .def_readonly("preferred_batch_sizes", &BatcherOptions::preferred_batch_sizes)
+      .def_readonly("max_queue_delay_us", &BatcherOptions::max_queue_delay_us)
+      .def_readonly("priority_levels", &BatcherOptions::priority_levels)
+      .def_readonly("default_priority_level", &BatcherOptions::default_priority_level)
+      .def_readonly("default_queue_policy", &BatcherOptions::default_queue_policy)
+      .def_readonly("level_queue_policies", &BatcherOptions::level_queue_policies)
+      .def_readonly("preserve_ordering", &BatcherOptions::preserve_ordering)
+      .def_readonly("padding", &BatcherOptions::padding);
+  define_value_methods(options_type);
 
   py::class_<PinnedBufferPool, std::shared_ptr<PinnedBufferPool>>(m, "PinnedBufferPool")
       .def(py::init<size_t, bool>(), py::arg("capacity_bytes"), py::arg("use_cuda") = true)

@@ -22,32 +22,79 @@ class StatusCode:
     def __init__(self, value: int) -> None: ...
     def __int__(self) -> int: ...
 
+# The batching settings: read-only values built once, by keyword, with the core's defaults;
+# equal when every field is.
 class QueuePolicy:
-    delay_on_timeout: bool
-    default_timeout_us: int
-    allow_timeout_override: bool
-    max_queue_size: int
-    def __init__(self) -> None: ...
+    def __init__(
+        self,
+        *,
+        delay_on_timeout: bool = False,
+        default_timeout_us: int = 0,
+        allow_timeout_override: bool = False,
+        max_queue_size: int = 0,
+    ) -> None: ...
+    @property
+    def delay_on_timeout(self) -> bool: ...
+    @property
+    def default_timeout_us(self) -> int: ...
+    @property
+    def allow_timeout_override(self) -> bool: ...
+    @property
+    def max_queue_size(self) -> int: ...
 
 class Padding:
-    inputs: list[bool]
-    value: float
-    reference_input: int
-    outputs: list[list[tuple[int, int]]]
-    def __init__(self) -> None: ...
+    def __init__(
+        self,
+        *,
+        inputs: Sequence[bool] = ...,
+        value: float = 0.0,
+        reference_input: int = -1,
+        outputs: Sequence[Sequence[tuple[int, int]]] = ...,
+    ) -> None: ...
+    @property
+    def inputs(self) -> list[bool]: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def reference_input(self) -> int: ...
+    @property
+    def outputs(self) -> list[list[tuple[int, int]]]: ...
 
 class BatcherOptions:
-    dynamic: bool
-    max_batch_size: int
-    preferred_batch_sizes: list[int]
-    max_queue_delay_us: int
-    priority_levels: int
-    default_priority_level: int
-    default_queue_policy: QueuePolicy
-    level_queue_policies: dict[int, QueuePolicy]
-    preserve_ordering: bool
-    padding: Padding
-    def __init__(self) -> None: ...
+    def __init__(
+        self,
+        *,
+        dynamic: bool = False,
+        max_batch_size: int = 0,
+        preferred_batch_sizes: Sequence[int] = ...,
+        max_queue_delay_us: int = 0,
+        priority_levels: int = 0,
+        default_priority_level: int = 0,
+        default_queue_policy: QueuePolicy = ...,
+        level_queue_policies: Mapping[int, QueuePolicy] = ...,
+        preserve_ordering: bool = False,
+        padding: Padding = ...,
+    ) -> None: ...
+    @property
+    def dynamic(self) -> bool: ...
+    @property
+    def max_batch_size(self) -> int: ...
+    @property
+    def preferred_batch_sizes(self) -> list[int]: ...
+    @property
+    def max_queue_delay_us(self) -> int: ...
+    @property
+    def priority_levels(self) -> int: ...
+    @property
+    def default_priority_level(self) -> int: ...
+    @property
+    def default_queue_policy(self) -> QueuePolicy: ...
+    @property
+    def level_queue_policies(self) -> dict[int, QueuePolicy]: ...
+    @property
+    def preserve_ordering(self) -> bool: ...
+    @property
+    def padding(self) -> Padding: ...
 
 class PinnedBufferPool:
     def __init__(self, capacity_bytes: int, use_cuda: bool = True) -> None: ...

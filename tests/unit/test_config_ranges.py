@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from inferd.core.scheduler import _core_options
 from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import OnnxRuntimeOptions
-from inferd.repository import batching_policy, instance_placements
+from inferd.repository import batcher_options, instance_placements
 from inferd.repository.ranges import MAX_PRIORITY_LEVELS, MAX_QUEUE_DELAY_US, MAX_THREAD_COUNT
 
 DEFAULTS = OnnxRuntimeOptions(intra_op_thread_count=1, inter_op_thread_count=1)
@@ -25,14 +24,13 @@ def batching(**section: int) -> ModelConfig:
 
 
 def test_the_largest_allowed_values_reach_the_core() -> None:
-    policy = batching_policy(
+    options = batcher_options(
         batching(
             priority_levels=MAX_PRIORITY_LEVELS,
             default_priority_level=MAX_PRIORITY_LEVELS,
             max_queue_delay_microseconds=MAX_QUEUE_DELAY_US,
         )
     )
-    options = _core_options(policy)
     assert options.priority_levels == options.default_priority_level == MAX_PRIORITY_LEVELS
     assert options.max_queue_delay_us == MAX_QUEUE_DELAY_US
 
@@ -60,12 +58,12 @@ def test_the_largest_allowed_values_reach_the_core() -> None:
 )
 def test_a_value_past_the_range_is_refused_naming_it(section: dict[str, int], message: str) -> None:
     with pytest.raises(ModelLoadError) as refused:
-        batching_policy(batching(**section))
+        batcher_options(batching(**section))
     assert message in str(refused.value)
 
 
 def test_without_priority_levels_the_default_level_does_not_reach_the_core() -> None:
-    options = _core_options(batching_policy(batching(default_priority_level=2**40)))
+    options = batcher_options(batching(default_priority_level=2**40))
     assert (options.priority_levels, options.default_priority_level) == (0, 0)
 
 

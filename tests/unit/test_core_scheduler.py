@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 import time
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 
 import inferd._core as _core
 from inferd.core import (
-    BatchingPolicy,
+    BatcherOptions,
     CompletionDispatcher,
     CoreTiming,
     HostBufferPool,
@@ -33,7 +32,7 @@ def make_scheduler(
 ) -> ModelScheduler:
     """A scheduler for a model with one INT32 output."""
     signature = core_signature("m", "1", 0, [], [])
-    return ModelScheduler(dispatcher, POOL, signature, BatchingPolicy(**policy), executors, [INT32])
+    return ModelScheduler(dispatcher, POOL, signature, BatcherOptions(**policy), executors, [INT32])
 
 
 class Doubler:
@@ -263,46 +262,46 @@ async def test_a_pipelined_executor_stages_the_next_batch_on_another_thread() ->
     dispatcher.close()
 
 
-def _plain(value: Any) -> Any:
-    """Sequences of any kind (tuples here, lists from the core) as lists, to compare."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
+SETTINGS = (BatcherOptions, QueuePolicy, Padding)
+
+
+def _fields(value: Any) -> list[str]:
+    """A bound settings type's fields: its properties, as the binding defines them."""
+    return [name for name, member in vars(type(value)).items() if isinstance(member, property)]
 
 
 def _differs_from_default_everywhere(value: Any, path: str) -> None:
-    for spec in dataclasses.fields(value):
-        default = (
-            spec.default_factory()
-            if spec.default_factory is not dataclasses.MISSING
-            else spec.default
+    default = type(value)()
+    for name in _fields(value):
+        mine = getattr(value, name)
+        assert mine != getattr(default, name), (
+            f"{path}.{name} is its default: the test would not see it"
         )
-        mine = getattr(value, spec.name)
-        assert mine != default, f"{path}.{spec.name} is its default: the test would not see it"
-        if dataclasses.is_dataclass(mine):
-            _differs_from_default_everywhere(mine, f"{path}.{spec.name}")
+        if isinstance(mine, SETTINGS):
+            _differs_from_default_everywhere(mine, f"{path}.{name}")
         if isinstance(mine, dict):
             for key, item in mine.items():
-                _differs_from_default_everywhere(item, f"{path}.{spec.name}[{key}]")
+                _differs_from_default_everywhere(item, f"{path}.{name}[{key}]")
 
 
-def _assert_core_has(policy: Any, core: Any, path: str) -> None:
-    """Every field of ``policy`` (recursively) is in ``core`` under its name, with its value."""
-    for spec in dataclasses.fields(policy):
-        mine, theirs = getattr(policy, spec.name), getattr(core, spec.name)
-        where = f"{path}.{spec.name}"
-        if dataclasses.is_dataclass(mine):
+def _assert_core_has(options: Any, core: Any, path: str) -> None:
+    """Every field of ``options`` (recursively) is in ``core`` under its name, with its value."""
+    assert _fields(options), f"{path} has no fields to compare"
+    for name in _fields(options):
+        mine, theirs = getattr(options, name), getattr(core, name)
+        where = f"{path}.{name}"
+        if isinstance(mine, SETTINGS):
             _assert_core_has(mine, theirs, where)
         elif isinstance(mine, dict):
             assert set(mine) == set(theirs), where
             for key, item in mine.items():
                 _assert_core_has(item, theirs[key], f"{where}[{key}]")
         else:
-            assert _plain(mine) == _plain(theirs), where
+            assert mine == theirs, where
 
 
 async def test_every_batching_setting_reaches_the_core() -> None:
-    """Each BatchingPolicy field, set away from its default, read back from the core's scheduler:
+    """Each BatcherOptions field, set away from its default, read back from the core's scheduler:
     a setting dropped or renamed on the way fails here."""
     queue = QueuePolicy(
         delay_on_timeout=True,
@@ -310,7 +309,7 @@ async def test_every_batching_setting_reaches_the_core() -> None:
         allow_timeout_override=True,
         max_queue_size=7,
     )
-    policy = BatchingPolicy(
+    policy = BatcherOptions(
         dynamic=True,
         max_batch_size=16,
         preferred_batch_sizes=(4, 8),
@@ -325,7 +324,12 @@ async def test_every_batching_setting_reaches_the_core() -> None:
                 allow_timeout_override=True,
                 max_queue_size=1,
             ),
-            3: dataclasses.replace(queue, max_queue_size=9),
+            3: QueuePolicy(
+                delay_on_timeout=True,
+                default_timeout_us=1500,
+                allow_timeout_override=True,
+                max_queue_size=9,
+            ),
         },
         preserve_ordering=True,
         padding=Padding(
@@ -338,9 +342,29 @@ async def test_every_batching_setting_reaches_the_core() -> None:
     scheduler = ModelScheduler(dispatcher, POOL, signature, policy, [Doubler()], [INT32])
     try:
         _assert_core_has(policy, scheduler.core.batcher_options, "policy")
+        assert scheduler.batching == policy
     finally:
         await scheduler.close()
         dispatcher.close()
+
+
+def test_batching_settings_are_values_built_once() -> None:
+    """The core's options are read-only, built by keyword with the core's defaults, and equal
+    when every field is (nested policies too), so that nothing copies them field by field."""
+    options = BatcherOptions(dynamic=True, level_queue_policies={1: QueuePolicy(max_queue_size=2)})
+    assert options == BatcherOptions(
+        dynamic=True, level_queue_policies={1: QueuePolicy(max_queue_size=2)}
+    )
+    assert options != BatcherOptions(
+        dynamic=True, level_queue_policies={1: QueuePolicy(max_queue_size=3)}
+    )
+    assert options != BatcherOptions() and BatcherOptions() == BatcherOptions()
+    assert (BatcherOptions().max_batch_size, Padding().reference_input) == (0, -1)
+    assert "level_queue_policies={1: QueuePolicy(" in repr(options)
+    with pytest.raises(AttributeError):
+        options.dynamic = False  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        BatcherOptions(True)  # type: ignore[misc]  # keyword only
 
 
 class PerRequestDoubler:

@@ -82,9 +82,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
         decoupled=True,
     )
     executor = Counter()
-    options = _core.BatcherOptions()
-    options.dynamic = True
-    options.max_batch_size = 8
+    options = _core.BatcherOptions(dynamic=True, max_batch_size=8)
     scheduler = _core.Scheduler(
         "counter",
         options,

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from structlog.testing import capture_logs
 
 from inferd.core import (
-    BatchingPolicy,
+    BatcherOptions,
     CompletionDispatcher,
     CoreTensor,
     CoreTiming,
@@ -90,7 +90,7 @@ def make_scheduler(
 ) -> ModelScheduler:
     signature = core_signature("m", "1", 0, [], [])
     return ModelScheduler(
-        dispatcher, POOL, signature, BatchingPolicy(**policy), executors, output_types
+        dispatcher, POOL, signature, BatcherOptions(**policy), executors, output_types
     )
 
 

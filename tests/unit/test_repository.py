@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from inferd.core import BatchingPolicy, QueuePolicy
+from inferd.core import BatcherOptions, QueuePolicy
 from inferd.errors import InvalidArgument, ModelLoadError, NotFound
 from inferd.examples import make_examples, write_identity_model
-from inferd.repository import ModelRepository, batching_policy, load_model_config
+from inferd.repository import ModelRepository, batcher_options, load_model_config
 from inferd.repository.layout import check_model_name
 
 
@@ -199,7 +199,7 @@ def policy_of(tmp_path: Path, datatype: str, extra: str, max_batch_size: int = 8
     config = load_model_config(
         "m", config_path, model_dir / "1" / "model.onnx", default_max_batch_size=4
     )
-    return batching_policy(config)
+    return batcher_options(config)
 
 
 def test_dynamic_batching_settings_become_the_policy(tmp_path: Path) -> None:
@@ -215,9 +215,9 @@ def test_dynamic_batching_settings_become_the_policy(tmp_path: Path) -> None:
              }
            }""",
     )
-    assert isinstance(policy, BatchingPolicy)
+    assert isinstance(policy, BatcherOptions)
     assert policy.dynamic and policy.max_batch_size == 8
-    assert policy.preferred_batch_sizes == (2, 4)
+    assert policy.preferred_batch_sizes == [2, 4]
     assert policy.max_queue_delay_us == 300 and policy.preserve_ordering
     assert (policy.priority_levels, policy.default_priority_level) == (3, 2)
     assert policy.default_queue_policy == QueuePolicy(max_queue_size=5, default_timeout_us=7)
@@ -228,12 +228,12 @@ def test_dynamic_batching_settings_become_the_policy(tmp_path: Path) -> None:
 
 def test_a_batching_model_without_a_scheduler_gets_dynamic_batching(tmp_path: Path) -> None:
     policy = policy_of(tmp_path, "FP32", "")  # max_batch_size: 8, no scheduler named
-    assert policy == BatchingPolicy(dynamic=True, max_batch_size=8)  # zero delay, one level
+    assert policy == BatcherOptions(dynamic=True, max_batch_size=8)  # zero delay, one level
 
 
 def test_a_stated_max_batch_size_of_0_gets_no_scheduler(tmp_path: Path) -> None:
     policy = policy_of(tmp_path, "FP32", "", max_batch_size=0)
-    assert policy == BatchingPolicy(dynamic=False, max_batch_size=0)  # each request alone
+    assert policy == BatcherOptions(dynamic=False, max_batch_size=0)  # each request alone
 
 
 def test_padding_parameters_become_the_policy(tmp_path: Path) -> None:
@@ -245,11 +245,11 @@ def test_padding_parameters_become_the_policy(tmp_path: Path) -> None:
            parameters { key: "inferd.pad_value" value: { string_value: "3" } }
            parameters { key: "inferd.pad_outputs" value: { string_value: "OUTPUT0" } }""",
     )
-    assert isinstance(policy, BatchingPolicy)
-    assert policy.padding.inputs == (True,)
+    assert isinstance(policy, BatcherOptions)
+    assert policy.padding.inputs == [True]
     assert policy.padding.value == 3.0
     assert policy.padding.reference_input == 0
-    assert policy.padding.outputs == (((1, 1),),)
+    assert policy.padding.outputs == [[(1, 1)]]
 
 
 def pad(key: str, value: str) -> str:

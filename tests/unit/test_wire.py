@@ -13,7 +13,7 @@ import pytest
 
 import inferd._proto.grpc_service_pb2 as pb
 from inferd.core import (
-    BatchingPolicy,
+    BatcherOptions,
     CompletionDispatcher,
     HostBufferPool,
     ModelScheduler,
@@ -69,7 +69,7 @@ async def schedulers() -> AsyncIterator[dict[str, ModelScheduler]]:
             dispatcher,
             pool,
             core_signature(model_name(name), "1", 8, [spec_in], [spec_out]),
-            BatchingPolicy(dynamic=True, max_batch_size=8),
+            BatcherOptions(dynamic=True, max_batch_size=8),
             [Identity()],
             [datatype.config_type],
         )

@@ -28,7 +28,7 @@ from inferd.core.native import (
     set_onnxruntime_logging,
     shown_message,
 )
-from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
+from inferd.core.policy import BatcherOptions, Padding, QueuePolicy
 from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
@@ -48,7 +48,7 @@ __all__ = [
     "StatusCode",
     "grpc_status_code",
     "shown_message",
-    "BatchingPolicy",
+    "BatcherOptions",
     "CompletionDispatcher",
     "CoreEnsembleStep",
     "CoreResult",

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import inferd._core as _core
 from inferd.core.executor import Executor
-from inferd.core.policy import BatchingPolicy
 from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
@@ -77,8 +76,6 @@ class EnsembleScheduler:
         self._dispatcher = dispatcher
         self._signature = signature
         self.steps = tuple(steps)
-        # An ensemble batches nothing itself: its steps batch in their models.
-        self.policy = BatchingPolicy(max_batch_size=max_batch_size)
         self._core = _core.EnsembleScheduler(
             signature.name,
             max_batch_size,

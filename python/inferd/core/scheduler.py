@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import structlog
 
 import inferd._core as _core
 from inferd.core.executor import Executor
-from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
+from inferd.core.policy import BatcherOptions
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 
@@ -196,28 +195,6 @@ class HostBufferPool:
         return self.core.stats()
 
 
-# The core's type for each policy dataclass: their fields have the same names and meanings.
-_CORE_OPTION_TYPES: dict[type, Callable[[], Any]] = {
-    BatchingPolicy: _core.BatcherOptions,
-    QueuePolicy: _core.QueuePolicy,
-    Padding: _core.Padding,
-}
-
-
-def _core_options(value: Any) -> Any:
-    """A policy dataclass as the core's options, field by field under the same names (a field the
-    core lacks fails every model's load with AttributeError); sequences and maps convert as they
-    are, their policy values too."""
-    if type(value) in _CORE_OPTION_TYPES:
-        out = _CORE_OPTION_TYPES[type(value)]()
-        for spec in fields(value):
-            setattr(out, spec.name, _core_options(getattr(value, spec.name)))
-        return out
-    if isinstance(value, dict):
-        return {key: _core_options(item) for key, item in value.items()}
-    return value
-
-
 async def run_parsed_request(
     core: Any,
     dispatcher: CompletionDispatcher,
@@ -254,17 +231,16 @@ class ModelScheduler:
         dispatcher: CompletionDispatcher,
         pool: HostBufferPool,
         signature: ModelSignature,
-        policy: BatchingPolicy,
+        batching: BatcherOptions,
         executors: list[Executor],
         output_datatypes: list[int],
     ) -> None:
         self._dispatcher = dispatcher
         self._executors = executors
         self._signature = signature
-        self.policy = policy
         self._core = _core.Scheduler(
             signature.name,
-            _core_options(policy),
+            batching,
             # A native executor's core_session runs in the core, without the GIL.
             [getattr(e, "core_session", e) for e in executors],
             output_datatypes,
@@ -329,6 +305,11 @@ class ModelScheduler:
     @property
     def executors(self) -> list[Executor]:
         return list(self._executors)
+
+    @property
+    def batching(self) -> BatcherOptions:
+        """How the core queues and batches this version's requests (a copy of its options)."""
+        return self._core.batcher_options
 
     @property
     def core(self) -> Any:

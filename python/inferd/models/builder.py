@@ -34,7 +34,7 @@ from inferd.models.loaded import LoadedModel, TensorSpec
 from inferd.models.warmup import WarmupLimits, warm_up, warmup_samples
 from inferd.repository import (
     ModelRepository,
-    batching_policy,
+    batcher_options,
     gpu_accelerator,
     instance_placements,
     load_model_config,
@@ -205,7 +205,7 @@ class ModelVersionBuilder:
         self, name: str, version: int, config: ModelConfig, abandon: threading.Event
     ) -> LoadedModel:
         model_file = self._repository.model_file(name, version, model_filename(config))
-        policy = batching_policy(config)
+        batching = batcher_options(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
@@ -251,7 +251,7 @@ class ModelVersionBuilder:
                 keeps_parameters=config.backend == PYTHON_BACKEND,
                 bytes_are_text=config.backend != PYTHON_BACKEND,
             ),
-            policy,
+            batching,
             executors,
             [t.datatype.config_type for t in outputs],
         )

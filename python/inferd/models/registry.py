@@ -356,7 +356,7 @@ class ModelRegistry:
                 model=name,
                 version=version,
                 max_batch_size=model.max_batch_size,
-                dynamic_batching=model.scheduler.policy.dynamic,
+                dynamic_batching=model.scheduler.batching.dynamic,
                 instances=len(model.scheduler.executors),
             )
         self._changed()

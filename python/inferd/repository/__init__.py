@@ -1,6 +1,6 @@
 """The model repository on disk: layout, versions and each model's configuration."""
 
-from inferd.repository.batching_config import batching_policy
+from inferd.repository.batching_config import batcher_options
 from inferd.repository.config import (
     ModelConfig,
     load_model_config,
@@ -23,7 +23,7 @@ __all__ = [
     "InstancePlacement",
     "ModelConfig",
     "ModelRepository",
-    "batching_policy",
+    "batcher_options",
     "gpu_accelerator",
     "instance_placements",
     "load_model_config",

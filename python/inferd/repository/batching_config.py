@@ -1,19 +1,20 @@
 """A config's batching and padding policy: its dynamic_batching section, and inferd's padding
-parameters (variable-length inputs padded to the longest of their batch), checked and turned
-into the core's ``BatchingPolicy``."""
+parameters (variable-length inputs padded to the longest of their batch), checked and read into
+the core's ``BatcherOptions``: the one place the config's batching settings are read."""
 
 from __future__ import annotations
 
 import inferd._proto.model_config_pb2 as model_config_pb2
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.core.policy import BatchingPolicy, Padding, QueuePolicy
+from inferd.core import BatcherOptions, Padding, QueuePolicy
 from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import ModelLoadError
 from inferd.repository.ranges import MAX_PRIORITY_LEVELS, MAX_QUEUE_DELAY_US, check_range
 
 
-def batching_policy(config: ModelConfig) -> BatchingPolicy:
-    """The completed config's dynamic_batching section as a BatchingPolicy, checked."""
+def batcher_options(config: ModelConfig) -> BatcherOptions:
+    """The completed config's dynamic_batching section and padding parameters as the core's
+    options, checked."""
     name = config.name
     if config.WhichOneof("scheduling_choice") not in (None, "dynamic_batching"):
         raise ModelLoadError(
@@ -22,7 +23,7 @@ def batching_policy(config: ModelConfig) -> BatchingPolicy:
     if not config.HasField("dynamic_batching"):
         if any(key in config.parameters for key in PADDING_KEYS):
             raise ModelLoadError(f"model {name!r}: padding parameters need dynamic_batching")
-        return BatchingPolicy(dynamic=False, max_batch_size=int(config.max_batch_size))
+        return BatcherOptions(dynamic=False, max_batch_size=int(config.max_batch_size))
     section = config.dynamic_batching
     max_batch_size = int(config.max_batch_size)
     if max_batch_size == 0:
@@ -55,11 +56,11 @@ def batching_policy(config: ModelConfig) -> BatchingPolicy:
             max_queue_size=int(policy.max_queue_size),
         )
 
-    return BatchingPolicy(
+    return BatcherOptions(
         padding=_padding(config),
         dynamic=True,
         max_batch_size=max_batch_size,
-        preferred_batch_sizes=tuple(int(s) for s in section.preferred_batch_size),
+        preferred_batch_sizes=[int(s) for s in section.preferred_batch_size],
         max_queue_delay_us=max_queue_delay_us,
         priority_levels=levels,
         default_priority_level=default_level,
@@ -161,6 +162,4 @@ def _padding(config: ModelConfig) -> Padding:
                 f"to slice, input {pad_inputs[0]!r} has {len(reference_dims)}"
             )
         slices[index] = tuple(zip(variable, reference_dims, strict=False))
-    return Padding(
-        inputs=tuple(flags), value=value, reference_input=reference_index, outputs=tuple(slices)
-    )
+    return Padding(inputs=flags, value=value, reference_input=reference_index, outputs=slices)
