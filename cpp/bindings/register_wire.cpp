@@ -114,12 +114,11 @@ void register_wire(py::module_& m) {
       .def_property_readonly(
           "routing_key",
           [](const WireRequest& r) -> std::optional<std::string> {
-            const WireParameter* key = find_parameter(r.parsed.parameters, kRoutingKeyParameter);
-            if (key == nullptr) return std::nullopt;
-            if (key->kind != WireParameter::Kind::kString) {
-              throw std::invalid_argument("the parameter 'inferd.routing_key' must be a string");
-            }
-            return text(key->string_value);
+            std::optional<std::string_view> key;
+            const Status status = routing_key(r.parsed.parameters, &key);
+            if (!status.ok()) throw std::invalid_argument(status.message);
+            if (!key) return std::nullopt;
+            return text(*key);
           },
           "The request's inferd.routing_key string parameter, or None. Raises ValueError when it is not a "
           "string.");

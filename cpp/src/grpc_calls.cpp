@@ -194,7 +194,8 @@ const SharedMemoryRegistry* TransportContext::shared_memory_for(const grpc::Serv
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to) {
   for (const auto& [key, value] : from.client_metadata()) {
     const std::string_view k(key.data(), key.size());
-    if (is_transport_header(k) || k == kTraceSampledKey || k == kSharedMemoryAllowedKey || k == kPeerCredentialsKey) {
+    if (is_transport_header(k) || k == kTraceSampledKey || k == kSharedMemoryAllowedKey || k == kPeerCredentialsKey ||
+        k == kRoutedVersionKey) {
       continue;
     }
     to->AddMetadata(std::string(k), std::string(value.data(), value.size()));
@@ -245,14 +246,12 @@ std::shared_ptr<const ModelRoute> ServingSnapshot::find(std::string_view name, s
 }
 
 std::shared_ptr<const ModelRoute> ServingSnapshot::find(std::string_view name, std::string_view version,
-                                                        const std::vector<WireParameter>& parameters) const {
-  const WireParameter* key = find_parameter(parameters, kRoutingKeyParameter);
-  if (key != nullptr && key->kind != WireParameter::Kind::kString) return nullptr;
+                                                        std::optional<std::string_view> routing_key) const {
   if (!version.empty()) return find(name, version);
   const auto model = weighted.find(name);
   if (model == weighted.end()) return find(name, version);
   const WeightedChoice& choice = model->second.choice;
-  return model->second.routes[key != nullptr ? choice.pick(key->string_value) : choice.pick_random()];
+  return model->second.routes[routing_key ? choice.pick(*routing_key) : choice.pick_random()];
 }
 
 namespace {
@@ -326,11 +325,13 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
   }
 
   // Hands the request, unparsed, to the backend, and its answer and status back to the client;
-  // `sampled`: an inference the transport sampled for tracing.
-  void forward(bool sampled = false) {
+  // `route`: the one the transport chose (null: none), `sampled`: an inference the transport
+  // sampled for tracing.
+  void forward(const ModelRoute* route = nullptr, bool sampled = false) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
     if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
+    if (route != nullptr) call->context.AddMetadata(std::string(kRoutedVersionKey), route->version);
     if (transport_->shared_memory_for(*context_) != nullptr) {
       call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
     }
@@ -417,16 +418,21 @@ class InferCall final : public UnaryCall, public CompletionSink {
       fail(to_grpc_status(status));
       return;
     }
+    std::optional<std::string_view> routing;
+    status = routing_key(parsed.parameters, &routing);
+    if (!status.ok()) {
+      fail(to_grpc_status(status));
+      return;
+    }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    std::shared_ptr<const ModelRoute> route =
-        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
+    std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
     bool sampled;
     if (sent_to_python(*snapshot, *context_, &sampled)) {
-      forward(sampled);
+      forward(route.get(), sampled);
       return;
     }
     if (route == nullptr) {
-      forward();
+      forward();  // Python answers in the registry's words (unknown, not ready)
       return;
     }
     route_ = route;

@@ -260,17 +260,21 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
     const WireParameter* flag = find_parameter(parsed.parameters, "triton_enable_empty_final_response");
     const bool wants_flag = flag != nullptr && flag->kind == WireParameter::Kind::kBool && flag->bool_value;
+    std::optional<std::string_view> routing;
+    status = routing_key(parsed.parameters, &routing);
+    if (!status.ok()) return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
-    const std::shared_ptr<const ModelRoute> route =
-        snapshot->find(parsed.model_name, parsed.model_version, parsed.parameters);
+    const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
     // A decoupled model's requests stay in the core even when Python would observe them (its path
     // answers once per request): decoupled requests are not traced yet, nor logged verbosely.
     const bool decoupled = route != nullptr && route->signature != nullptr && route->signature->decoupled;
     bool sampled;
     if (!decoupled && sent_to_python(*snapshot, *context_, &sampled)) {
-      return forward(request, std::string(parsed.id), sampled, wants_flag, std::move(reservation));
+      return forward(request, std::string(parsed.id), route.get(), sampled, wants_flag, std::move(reservation));
     }
-    if (route == nullptr) return forward(request, std::string(parsed.id), false, wants_flag, std::move(reservation));
+    if (route == nullptr) {
+      return forward(request, std::string(parsed.id), nullptr, false, wants_flag, std::move(reservation));
+    }
 
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
@@ -314,13 +318,15 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     return request.final_response_flag || decoupled ? std::optional<bool>(last) : std::nullopt;
   }
 
-  // One request to the backend's ModelInfer; `sampled`: the transport sampled it for tracing;
-  // `wants_flag`: its answer carries triton_final_response (true: it is the only one).
-  void forward(const grpc::ByteBuffer& request, std::string id, bool sampled, bool wants_flag,
+  // One request to the backend's ModelInfer; `route`: the one the transport chose (null: none);
+  // `sampled`: the transport sampled it for tracing; `wants_flag`: its answer carries
+  // triton_final_response (true: it is the only one).
+  void forward(const grpc::ByteBuffer& request, std::string id, const ModelRoute* route, bool sampled, bool wants_flag,
                std::shared_ptr<ByteReservation> reservation) {
     auto call = std::make_shared<BackendCall>();
     copy_client_metadata(*context_, &call->context);
     if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
+    if (route != nullptr) call->context.AddMetadata(std::string(kRoutedVersionKey), route->version);
     if (transport_->shared_memory_for(*context_) != nullptr) {
       call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
     }

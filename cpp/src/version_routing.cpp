@@ -3,8 +3,21 @@
 #include <algorithm>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 namespace inferd {
+
+Status routing_key(const std::vector<WireParameter>& parameters, std::optional<std::string_view>* key) {
+  key->reset();
+  const WireParameter* found = find_parameter(parameters, kRoutingKeyParameter);
+  if (found == nullptr) return Status::Ok();
+  if (found->kind != WireParameter::Kind::kString) {
+    return Status::Error(StatusCode::kInvalidArgument,
+                         "the parameter '" + std::string(kRoutingKeyParameter) + "' must be a string");
+  }
+  *key = found->string_value;
+  return Status::Ok();
+}
 
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t hash = 14695981039346656037ULL;  // FNV-1a's offset basis

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,12 +31,19 @@ ServingSnapshot canary_snapshot() {
   return snapshot;
 }
 
-std::vector<WireParameter> routing_key(std::string_view key) {
+std::vector<WireParameter> key_parameter(std::string_view key) {
   WireParameter parameter;
   parameter.key = kRoutingKeyParameter;
   parameter.kind = WireParameter::Kind::kString;
   parameter.string_value = key;
   return {parameter};
+}
+
+// The route of an unnamed inference whose routing key is `key`, as the transports take it.
+std::optional<std::string_view> key_of(const std::vector<WireParameter>& parameters) {
+  std::optional<std::string_view> key;
+  EXPECT_TRUE(routing_key(parameters, &key).ok());
+  return key;
 }
 
 TEST(ServingSnapshot, AnUnnamedInferenceWithAKeyTakesTheKeysWeightedVersion) {
@@ -44,7 +52,7 @@ TEST(ServingSnapshot, AnUnnamedInferenceWithAKeyTakesTheKeysWeightedVersion) {
     const std::string key = "user-" + std::to_string(i);
     const std::string expected = fnv1a64(key) % 100 < 90 ? "3" : "4";
     for (int repeat = 0; repeat < 3; ++repeat)
-      EXPECT_EQ(snapshot.find("canary", "", routing_key(key))->version, expected);
+      EXPECT_EQ(snapshot.find("canary", "", key_of(key_parameter(key)))->version, expected);
   }
 }
 
@@ -52,7 +60,7 @@ TEST(ServingSnapshot, AnUnnamedInferenceWithoutAKeyNeverTakesAnUnweightedVersion
   const ServingSnapshot snapshot = canary_snapshot();
   int fours = 0;
   for (int i = 0; i < 10000; ++i) {
-    const std::string version = snapshot.find("canary", "", {})->version;
+    const std::string version = snapshot.find("canary", "", std::nullopt)->version;
     ASSERT_NE(version, "5");
     fours += version == "4" ? 1 : 0;
   }
@@ -62,15 +70,24 @@ TEST(ServingSnapshot, AnUnnamedInferenceWithoutAKeyNeverTakesAnUnweightedVersion
 
 TEST(ServingSnapshot, ANamedVersionAndMetadataBypassTheWeights) {
   const ServingSnapshot snapshot = canary_snapshot();
-  EXPECT_EQ(snapshot.find("canary", "5", routing_key("user-1"))->version, "5");
+  EXPECT_EQ(snapshot.find("canary", "5", key_of(key_parameter("user-1")))->version, "5");
   EXPECT_EQ(snapshot.find("canary", "")->version, "5");  // ModelMetadata/ModelConfig's default
 }
 
-TEST(ServingSnapshot, ARoutingKeyThatIsNotAStringGoesToPython) {
-  const ServingSnapshot snapshot = canary_snapshot();
-  std::vector<WireParameter> parameters = routing_key("");
+TEST(RoutingKey, AKeyThatIsNotAStringIsInvalid) {
+  std::vector<WireParameter> parameters = key_parameter("");
   parameters[0].kind = WireParameter::Kind::kInt64;
-  EXPECT_EQ(snapshot.find("canary", "", parameters), nullptr);
+  std::optional<std::string_view> key = "stale";
+  const Status status = routing_key(parameters, &key);
+  EXPECT_EQ(status.code, StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message, "the parameter 'inferd.routing_key' must be a string");
+  EXPECT_FALSE(key.has_value());
+}
+
+TEST(RoutingKey, NoKeyIsNone) {
+  std::optional<std::string_view> key = "stale";
+  EXPECT_TRUE(routing_key({}, &key).ok());
+  EXPECT_FALSE(key.has_value());
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
-"""The data plane: what every transport calls. Finds the model version a request names and hands
-the request to the core, which checks it, runs it and writes its answer. Knows nothing of gRPC."""
+"""The data plane: what the Python side's callers of inference use (the requests the core's
+transport forwards to be observed or answered in the registry's words, and python models' BLS
+calls). Finds the model version a request goes to, unless the transport already chose it, and
+hands the request to the core, which checks it, runs it and writes its answer. Knows nothing of
+gRPC."""
 
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ class DataPlane:
         observed: RequestObserver | None = None,
         on_failure: FailureCallback | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
+        routed_version: str | None = None,
     ) -> bytes:
         """Runs ``request`` on the version it names (default: the highest ready) and returns the
         serialized ModelInferResponse. The core checks
@@ -53,12 +57,17 @@ class DataPlane:
         seconds the caller will still wait, if it said; ``observed`` is told the version that
         answers and the core's timings; ``on_failure(model, version, error)`` is told of a failure
         once the version is known (when nothing observes the request); ``shared_memory``: the
-        regions the request's tensors may name (None: naming one is refused)."""
-        try:
-            routing_key = request.routing_key
-        except ValueError as e:
-            raise InvalidArgument(str(e)) from None
-        model = self._registry.route(request.model_name, request.model_version, routing_key)
+        regions the request's tensors may name (None: naming one is refused);
+        ``routed_version``: the version the core's transport routed the request to, when it did
+        (it forwards requests that Python observes): it runs there, without a second choice."""
+        if routed_version is not None:
+            model = self._registry.get(request.model_name, routed_version)
+        else:
+            try:
+                routing_key = request.routing_key  # the core's rule for the key (a string)
+            except ValueError as e:
+                raise InvalidArgument(str(e)) from None
+            model = self._registry.route(request.model_name, request.model_version, routing_key)
         if observed is not None:
             observed.resolved(model.name, str(model.version))
         try:

@@ -208,13 +208,29 @@ def test_the_python_path_splits_by_the_weights_too(python_path: ServerProcess) -
     assert within_5_sigma(counts["4"], 2000, 0.1), counts
 
 
-def test_a_non_string_routing_key_is_refused(core_path: ServerProcess) -> None:
+@pytest.mark.parametrize("path", ["core_path", "python_path"])
+def test_a_non_string_routing_key_is_refused(
+    path: str, request_fixture: pytest.FixtureRequest
+) -> None:
+    server: ServerProcess = request_fixture.getfixturevalue(path)
     message = request()
     message.parameters["inferd.routing_key"].int64_param = 7
-    with grpc.insecure_channel(core_path.url) as channel, pytest.raises(grpc.RpcError) as refused:
+    with grpc.insecure_channel(server.url) as channel, pytest.raises(grpc.RpcError) as refused:
         pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "inferd.routing_key" in str(refused.value.details())
+    assert refused.value.details() == "the parameter 'inferd.routing_key' must be a string"
+
+
+def test_a_forwarded_request_runs_where_the_core_routed_it(python_path: ServerProcess) -> None:
+    # Every inference goes to Python here (verbose logs), carrying the version the core's route
+    # chose; a client's own header of that name is dropped, so it can choose nothing: a request
+    # naming version 3, or keyed to it, runs on 3 whatever the header says.
+    key = next(k for k in (f"user-{i}" for i in range(100)) if expected_version(k) == "3")
+    with grpc.insecure_channel(python_path.url) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for message in (request("3"), request("", key)):
+            answer = stub.ModelInfer(message, metadata=[("inferd-routed-version", "4")])
+            assert answer.model_version == "3"
 
 
 @pytest.mark.parametrize("path", ["core_path", "python_path"])

@@ -79,6 +79,10 @@ inline constexpr std::string_view kSharedMemoryAllowedKey = "inferd-shared-memor
 // the peer's credentials as the kernel recorded them (SO_PEERCRED), which the shared-memory calls
 // check a region's object against. A caller's own is dropped.
 inline constexpr std::string_view kPeerCredentialsKey = "inferd-peer-credentials";
+// The metadata key the transport adds to an inference it routed and sends to Python (to observe
+// it): the version its route chose. Python runs the request on that version instead of routing it
+// again, so a weighted choice is drawn once. A caller's own is dropped.
+inline constexpr std::string_view kRoutedVersionKey = "inferd-routed-version";
 
 // Whether an inference request of this call goes to Python instead of the core: every request
 // does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,10 +68,10 @@ struct ServingSnapshot {
   // The route for a request's model name and version, or null.
   std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version) const;
   // The route an inference takes: as find(), except that one naming no version of a model with
-  // weights takes a weighted choice - by the request's `inferd.routing_key` string parameter when
-  // it has one, at random otherwise. Null (Python answers) when the key is not a string.
+  // weights takes a weighted choice - by its routing key (see routing_key()) when it has one, at
+  // random otherwise.
   std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version,
-                                         const std::vector<WireParameter>& parameters) const;
+                                         std::optional<std::string_view> routing_key) const;
 };
 
 // Holds the current snapshot. Readers take a reference (a short lock, no copy); publish() swaps

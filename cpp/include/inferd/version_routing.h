@@ -2,13 +2,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "inferd/infer_request_parser.h"
+#include "inferd/status.h"
 
 namespace inferd {
 
 // The request parameter whose string keeps a client on one weighted version.
 inline constexpr std::string_view kRoutingKeyParameter = "inferd.routing_key";
+
+// The request's routing key: none, or the string it carries. A key of another type is
+// INVALID_ARGUMENT. The one rule for every path that routes (the transports, the Python side's).
+Status routing_key(const std::vector<WireParameter>& parameters, std::optional<std::string_view>* key);
 
 // FNV-1a, 64 bits, of `bytes`: the hash that turns a request's routing key into a point on its
 // model's weights. One implementation, bound to Python, so both serving paths pick alike.

@@ -35,6 +35,18 @@ SHARED_MEMORY_ALLOWED = ("inferd-shared-memory", "1")
 # The core adds it to a call from its Unix socket: "PID UID GID" (SO_PEERCRED); a client's own is
 # dropped (grpc_calls.h, kPeerCredentialsKey).
 PEER_CREDENTIALS = "inferd-peer-credentials"
+# The core adds it to an inference it routed before forwarding it here: the version its route
+# chose (grpc_calls.h, kRoutedVersionKey); a client's own is dropped.
+ROUTED_VERSION = "inferd-routed-version"
+
+
+def routed_version(context: grpc.aio.ServicerContext) -> str | None:
+    """The version the core's transport routed the forwarded inference to; None if it had no
+    route (Python answers in the registry's words)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == ROUTED_VERSION:
+            return str(value)
+    return None
 
 
 def peer_credentials(context: grpc.aio.ServicerContext) -> PeerCredentials | None:
@@ -130,6 +142,7 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         shared_memory = (
             self._shared_memory.core if allowed and self._shared_memory.enabled else None
         )
+        version = routed_version(context)
         try:
             if not telemetry.observes_each_request:
 
@@ -143,12 +156,20 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
                     )
 
                 return await self._dataplane.infer(
-                    parsed, deadline_s=deadline_s, on_failure=failed, shared_memory=shared_memory
+                    parsed,
+                    deadline_s=deadline_s,
+                    on_failure=failed,
+                    shared_memory=shared_memory,
+                    routed_version=version,
                 )
             metadata = context.invocation_metadata()
             with telemetry.request(parsed.model_name, metadata, parsed.id) as observed:
                 return await self._dataplane.infer(
-                    parsed, deadline_s=deadline_s, observed=observed, shared_memory=shared_memory
+                    parsed,
+                    deadline_s=deadline_s,
+                    observed=observed,
+                    shared_memory=shared_memory,
+                    routed_version=version,
                 )
         except Exception as e:
             telemetry.unresolved(
