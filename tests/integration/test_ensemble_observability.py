@@ -95,7 +95,7 @@ def wait_for_span(receiver: OtlpTraceReceiver, found: Any, timeout_s: float = 20
             if found(span):
                 return span
         assert time.monotonic() < deadline, "the span did not arrive"
-        time.sleep(0.05)
+        time.sleep(0.05)  # the poll's period
 
 
 def linking_batch(receiver: OtlpTraceReceiver, span: Any) -> Any:
@@ -159,9 +159,11 @@ def test_a_traced_ensemble_request_has_a_step_span_per_step_linked_to_its_batch(
 def test_a_step_and_a_direct_request_in_one_batch_are_linked_from_one_batch_span(
     server: ServerProcess, receiver: OtlpTraceReceiver
 ) -> None:
-    # slow computes about 100 ms a row on one instance: while it computes an 8-row request, a
-    # slow_chain request's slow step and a direct request to slow queue, and share the next batch.
-    headers = {name: traceparent() for name in ("busy", "ensemble", "direct")}
+    # slow computes about 100 ms a row on one instance, eight rows a batch at most. Two 8-row
+    # requests cannot share a batch: one computes while the other waits queued, whichever came
+    # first; a slow_chain request's slow step and a direct request to slow queue behind them (3
+    # pending) and share the batch after theirs.
+    headers = {name: traceparent() for name in ("busy0", "busy1", "ensemble", "direct")}
     errors: list[BaseException] = []
 
     def call(name: str, model: str, tensor: grpcclient.InferInput) -> None:
@@ -171,16 +173,21 @@ def test_a_step_and_a_direct_request_in_one_batch_are_linked_from_one_batch_span
         except BaseException as e:
             errors.append(e)
 
-    busy = threading.Thread(target=call, args=("busy", "slow", fp32("INPUT0", row(1.0, 8))))
-    busy.start()
-    time.sleep(0.2)  # the busy request computes
+    busy = [
+        threading.Thread(target=call, args=(name, "slow", fp32("INPUT0", row(1.0, 8))))
+        for name in ("busy0", "busy1")
+    ]
+    for thread in busy:
+        thread.start()
+    server.wait_for_pending("slow", 1)
     others = [
         threading.Thread(target=call, args=("ensemble", "slow_chain", fp32("IN", row(2.0)))),
         threading.Thread(target=call, args=("direct", "slow", fp32("INPUT0", row(3.0)))),
     ]
     for thread in others:
         thread.start()
-    for thread in [busy, *others]:
+    server.wait_for_pending("slow", 3)
+    for thread in [*busy, *others]:
         thread.join()
     assert errors == []
     direct = wait_for_span(
