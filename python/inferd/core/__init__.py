@@ -45,9 +45,6 @@ from inferd.core.scheduler import (
 )
 
 __all__ = [
-    "StatusCode",
-    "grpc_status_code",
-    "shown_message",
     "BatcherOptions",
     "CompletionDispatcher",
     "CoreEnsembleStep",
@@ -70,6 +67,7 @@ __all__ = [
     "SchedulerDirectory",
     "SharedMemoryRegistry",
     "StagingExecutor",
+    "StatusCode",
     "TensorSignature",
     "TraceSampling",
     "WireRequest",
@@ -77,8 +75,10 @@ __all__ = [
     "core_signature",
     "cuda_device_count",
     "cuda_runtime_description",
+    "grpc_status_code",
     "parse_infer_request",
     "pinned_array",
     "set_core_logging",
     "set_onnxruntime_logging",
+    "shown_message",
 ]
