@@ -24,7 +24,7 @@ from inferd.executors.python_backend import InstanceHealth, PythonBackendExecuto
 from inferd.executors.tensorrt import tensorrt_executors, wants_tensorrt
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.model_config import config_json, execution_env
-from inferd.python_backend.process import WorkerSpec
+from inferd.python_backend.worker_io import WorkerSpec
 from inferd.repository.config import PYTHON_BACKEND
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from inferd.python_backend.process import PythonRequest
+    from inferd.python_backend.worker_io import PythonRequest
 
 ModelOutputs = dict[str, npt.NDArray[Any]]
 

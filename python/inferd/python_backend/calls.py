@@ -22,7 +22,7 @@ from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs, call_chain
 
 if TYPE_CHECKING:
-    from inferd.python_backend.process import PythonRequest, WorkerSpec
+    from inferd.python_backend.worker_io import PythonRequest, WorkerSpec
 
 log = structlog.get_logger(__name__)
 
