@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, wait_until
 
 ADD_SUB = """
 import json
@@ -48,6 +48,10 @@ class TritonPythonModel:
         open(initialized, "w").close()
 
     def execute(self, requests):
+        # A character a batch, before the delay: the tests wait for it to know a request is in.
+        executes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "executes")
+        with open(executes, "a") as record:
+            record.write("x")
         time.sleep(self.delay)
         responses = []
         for request in requests:
@@ -248,6 +252,17 @@ def test_an_exception_in_execute_fails_with_the_models_message_and_the_model_ser
         np.testing.assert_array_equal(out_0[0], 5 + np.arange(4, dtype=np.float32))
 
 
+def executes(model_dir: Path) -> int:
+    """The batches the model's execute has begun (its own record, ``1/executes``)."""
+    path = model_dir / "1" / "executes"
+    return len(path.read_text()) if path.exists() else 0
+
+
+def wait_for_execute(model_dir: Path, begun: int) -> None:
+    """Until the model's execute has begun more than ``begun`` batches."""
+    wait_until(lambda: executes(model_dir) > begun, f"{model_dir.name}'s execute begun")
+
+
 def test_a_worker_killed_mid_batch_fails_its_request_and_the_next_is_served(
     server: ServerProcess,
 ) -> None:
@@ -264,9 +279,10 @@ def test_a_worker_killed_mid_batch_fails_its_request_and_the_next_is_served(
             except InferenceServerException as e:
                 failure.append(f"{e.status()} {e.message()}")
 
+    begun = executes(server.repository / "add_sub_slow")
     thread = threading.Thread(target=in_flight)
     thread.start()
-    time.sleep(0.4)  # the request is in the model's 1 s execute
+    wait_for_execute(server.repository / "add_sub_slow", begun)  # in its 1 s execute
     os.kill(pid, signal.SIGKILL)
     thread.join(10)
     assert failure and failure[0].startswith("StatusCode.INTERNAL python model 'add_sub_slow'"), (
@@ -370,7 +386,7 @@ def test_the_stop_kills_a_worker_whose_execute_never_returns(tmp_path: Path) -> 
 
         thread = threading.Thread(target=in_flight)
         thread.start()
-        time.sleep(0.5)  # in its 600 s execute
+        wait_for_execute(repository / "add_sub_hangs", 0)  # in its 600 s execute
         stop_started = time.monotonic()
     # The block's end sent SIGTERM and saw the server exit 0: past --exit-timeout-secs the
     # worker was killed instead of waited for.
