@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.examples import make_examples
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, wait_until
 from tests.integration.ensemble_models import write_base
 
 
@@ -76,6 +76,11 @@ class SimpleTraffic:
         self._stop.set()
         for thread in self._threads:
             thread.join()
+
+    def wait_for_more(self, count: int = 10) -> None:
+        """Until ``count`` more answers than now have come (or a request failed)."""
+        target = self.answered + count
+        wait_until(lambda: bool(self.failures) or self.answered >= target, f"{count} more answers")
 
     def _send(self, value: int) -> None:
         client = grpcclient.InferenceServerClient(self.url)
@@ -178,11 +183,11 @@ def test_a_new_version_replaces_the_old_under_traffic(
     shutil.copytree(model_dir / "1", model_dir / "2")
     try:
         with SimpleTraffic(explicit_server.url, clients=4) as traffic:
-            time.sleep(0.2)
+            traffic.wait_for_more()  # traffic before the change, and after it
             triton.load_model("simple")  # the policy (latest 1) now selects version 2
             assert triton.get_model_metadata("simple").versions == ["2"]
             assert not triton.is_model_ready("simple", "1")
-            time.sleep(0.2)
+            traffic.wait_for_more()
         assert traffic.failures == []
         assert traffic.answered > 10
         # v1's executors were closed once it drained.
@@ -249,7 +254,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "the poller did not apply the change in time"
-        time.sleep(0.1)
+        time.sleep(0.1)  # the poll's period
 
 
 def test_poll_mode_follows_the_repository(polled: ServerProcess) -> None:
@@ -292,10 +297,10 @@ def test_poll_picks_up_a_new_version_under_traffic(polled: ServerProcess) -> Non
     freed_before = freed_versions(polled, "simple").count(1)
     try:
         with SimpleTraffic(polled.url, clients=3) as traffic:
-            time.sleep(0.2)
+            traffic.wait_for_more()  # traffic before the change, and after it
             shutil.copytree(model_dir / "1", model_dir / "2")
             wait_for(lambda: client.get_model_metadata("simple").versions == ["2"])
-            time.sleep(0.2)
+            traffic.wait_for_more()
         assert traffic.failures == []
         assert traffic.answered > 10
         wait_for(lambda: freed_versions(polled, "simple").count(1) == freed_before + 1)
