@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from inferd.examples import make_examples
-from tests.integration.conftest import ServerProcess, running_server, without_asan
+from tests.integration.conftest import ServerProcess, running_server, wait_until, without_asan
 
 CALL_TIMEOUT_S = 30.0
 RSS_BOUND_BYTES = 64 * 1024 * 1024  # what 30 cancelled loads or 10,000 unknown unloads may add
@@ -191,15 +191,15 @@ def test_cancelled_loads_roll_back_and_return_memory(endless: ServerProcess) -> 
         def settled() -> Any:
             deadline = time.monotonic() + 10  # the rollback waits for the warm-up's next step
             while (now := readiness(stub, channel)) != before and time.monotonic() < deadline:
-                time.sleep(0.05)
+                time.sleep(0.05)  # the poll's period
             return now
 
         # While the load runs, the model is LOADING; the server stays ready (a model joins the
         # ones that should serve once it has loaded), and health says the same.
         loading = threading.Thread(target=cancelled_load)
         loading.start()
-        time.sleep(0.5)
-        during = readiness(stub, channel)
+        wait_until(lambda: readiness(stub, channel)[2] == [("", "LOADING")], "simple LOADING")
+        during = readiness(stub, channel)  # the load runs 1.5 s: still LOADING
         loading.join()
         assert during == (True, True, [("", "LOADING")])
         assert settled() == before  # not LOADING forever, the server ready again
