@@ -45,64 +45,71 @@ def create_executors(
     ``model_caller`` runs a python model's calls to other models (BLS); ``instance_health``
     gives each python instance the callback it reports its worker's restarts to; ``abandon``
     set (the load given up) stops a python model's initialize, its worker killed."""
-    inputs = [t.name for t in config.input]
-    outputs = [t.name for t in config.output]
     if config.backend != PYTHON_BACKEND and wants_tensorrt(config):
         return list(
             tensorrt_executors(
                 config, model_file, placements, accelerator, host_pool, engine_cache_dir
             )
         )
+
+    def instance(index: int, placement: InstancePlacement) -> Executor:
+        if config.backend == PYTHON_BACKEND:
+            return PythonBackendExecutor(
+                python_worker_spec(config, model_file, placement, index),
+                [t.name for t in config.input],
+                [t.name for t in config.output],
+                model_caller=model_caller,
+                health=None if instance_health is None else instance_health(),
+                abandon=abandon,
+            )
+        return _onnxruntime_executor(
+            config, model_file, placement, accelerator, ort_options, host_pool
+        )
+
     executors: list[Executor] = []
     try:
-        if config.backend == PYTHON_BACKEND:
-            for index, placement in enumerate(placements):
-                executors.append(
-                    PythonBackendExecutor(
-                        python_worker_spec(config, model_file, placement, index),
-                        inputs,
-                        outputs,
-                        model_caller=model_caller,
-                        health=None if instance_health is None else instance_health(),
-                        abandon=abandon,
-                    )
-                )
-            return executors
-        output_datatypes = [int(t.data_type) for t in config.output]
-        for placement in placements:
-            # CPU instances run in the core, without the GIL, when ONNX Runtime's library
-            # loads; GPU instances keep the Python executor (IOBinding on their stream).
-            if not placement.on_gpu and native_onnxruntime().version is not None:
-                executors.append(
-                    NativeOnnxRuntimeExecutor(
-                        model_file,
-                        inputs,
-                        outputs,
-                        ort_options,
-                        output_datatypes,
-                        model=config.name,
-                    )
-                )
-                continue
-            # A GPU instance is pipelined (StagingExecutor); a CPU one has nothing to stage.
-            kind = StagingOnnxRuntimeExecutor if placement.on_gpu else OnnxRuntimeExecutor
-            executors.append(
-                kind(
-                    model_file,
-                    inputs,
-                    outputs,
-                    ort_options,
-                    placement=placement,
-                    accelerator=accelerator,
-                    host_pool=host_pool,
-                    model=config.name,
-                )
-            )
-        return executors
+        for index, placement in enumerate(placements):
+            executors.append(instance(index, placement))
     except BaseException:
         for executor in executors:
             executor.close()
         raise
+    return executors
+
+
+def _onnxruntime_executor(
+    config: ModelConfig,
+    model_file: Path,
+    placement: InstancePlacement,
+    accelerator: GpuAccelerator | None,
+    ort_options: OnnxRuntimeOptions,
+    host_pool: HostBufferPool,
+) -> Executor:
+    """A CPU instance runs in the core, without the GIL, when ONNX Runtime's library loads; a
+    GPU instance keeps the Python executor (IOBinding on its stream), pipelined
+    (StagingExecutor); a CPU one without the library has nothing to stage."""
+    inputs = [t.name for t in config.input]
+    outputs = [t.name for t in config.output]
+    if not placement.on_gpu and native_onnxruntime().version is not None:
+        return NativeOnnxRuntimeExecutor(
+            model_file,
+            inputs,
+            outputs,
+            ort_options,
+            [int(t.data_type) for t in config.output],
+            model=config.name,
+        )
+    kind = StagingOnnxRuntimeExecutor if placement.on_gpu else OnnxRuntimeExecutor
+    return kind(
+        model_file,
+        inputs,
+        outputs,
+        ort_options,
+        placement=placement,
+        accelerator=accelerator,
+        host_pool=host_pool,
+        model=config.name,
+    )
 
 
 def python_worker_spec(
