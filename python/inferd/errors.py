@@ -2,7 +2,7 @@
 
 Each error names what went wrong from the caller's point of view; ``code`` says what the caller
 can do about it. A transport maps codes to its own status codes in one table, the core's
-(``grpc_code`` in cpp/src/grpc_calls.cpp, which ``inferd.transport.status`` asks); nothing else
+(``grpc_code`` in cpp/src/grpc_status.cpp, which ``inferd.transport.status`` asks); nothing else
 does.
 """
 

@@ -17,6 +17,7 @@
 
 #include "inferd/grpc_inflight_budget.h"
 #include "inferd/grpc_server.h"
+#include "inferd/grpc_status.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
 #include "inferd/request_token.h"
@@ -116,19 +117,18 @@ grpc::ServerGenericBidiReactor* create_stream_infer_call(grpc::GenericCallbackSe
                                                          std::shared_ptr<TransportContext> transport);
 grpc::ServerGenericBidiReactor* create_forwarded_call(grpc::GenericCallbackServerContext* context,
                                                       std::shared_ptr<TransportContext> transport);
+// The unary calls create_call picks: ModelInfer (grpc_infer_call.cpp), and those the serving
+// snapshot answers (kServerLive to kModelConfig; grpc_snapshot_call.cpp).
+grpc::ServerGenericBidiReactor* create_infer_call(grpc::GenericCallbackServerContext* context,
+                                                  std::shared_ptr<TransportContext> transport);
+grpc::ServerGenericBidiReactor* create_snapshot_call(grpc::GenericCallbackServerContext* context,
+                                                     std::shared_ptr<TransportContext> transport, CallKind kind);
 
 // --- shared by the reactors -----------------------------------------------------------------
 
-// The core's status as the gRPC status the client sees (the one table of the C++ transport; the
-// Python side's is inferd.transport.status.GRPC_CODES, and a test keeps the two equal).
-// Its message is cut to kMaxStatusMessageBytes (shown_message): the names a message echoes come
-// from the client, and a status past gRPC's metadata limit reaches the client as another error.
-grpc::Status to_grpc_status(const Status& status);
-// The longest status message a client gets, in bytes (Python's transport/status.py has the same).
-inline constexpr size_t kMaxStatusMessageBytes = 1024;
-// `message`, or its first bytes (whole UTF-8 characters) and an ellipsis, within kMaxStatusMessageBytes.
-std::string shown_message(std::string message);
-int grpc_code(StatusCode code);
+// Defined in grpc_messages.cpp (the messages), grpc_transport_context.cpp (TransportContext's
+// questions, the deadlines, record_failure) and grpc_metadata.cpp (the metadata, sent_to_python).
+// The status table (to_grpc_status, shown_message, over_budget) is grpc_status.h.
 
 // A received message as one contiguous view, and what keeps it alive (a reference to grpc's own
 // slice when the message came in one, else a joined copy). False if the buffer cannot be read.
@@ -161,9 +161,6 @@ struct BackendCall {
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
 };
-// The answer to an inference request refused because the in-flight budget is spent.
-grpc::Status over_budget(size_t request_bytes, const InflightBudget& budget);
-
 // Copies the caller's metadata (not the transport's own headers, nor kTraceSampledKey) and deadline.
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to);
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to);
