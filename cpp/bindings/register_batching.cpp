@@ -41,7 +41,7 @@ void define_value_methods(py::class_<T>& type) {
           },
           py::is_operator())
       .def("__repr__", [names](const py::object& self) {
-        std::string text = py::str(self.get_type().attr("__name__")).cast<std::string>() + "(";
+        std::string text = py::str(py::type::of(self).attr("__name__")).cast<std::string>() + "(";
         for (size_t i = 0; i < names.size(); ++i) {
           if (i > 0) text += ", ";
           text += names[i] + "=" + py::repr(self.attr(names[i].c_str())).cast<std::string>();
