@@ -82,7 +82,7 @@ def wait_for(log_path: Path, event: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while event not in events(log_path):
         assert time.monotonic() < deadline, f"no {event!r} record:\n{log_path.read_text()}"
-        time.sleep(0.05)
+        time.sleep(0.05)  # the poll's period
 
 
 def exit_time(process: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
@@ -106,7 +106,9 @@ def test_sigterm_during_a_warmup_at_start_exits_in_time(tmp_path: Path) -> None:
         "--exit-timeout-secs", str(exit_timeout_s),
     ) as process:  # fmt: skip
         wait_for(log_path, "batch buffer pool")  # loading starts after this record
-        time.sleep(2.0)  # into the warm-up
+        # Into the warm-up, which nothing records at info level ("warm-up run" is debug, a line a
+        # run of an endless warm-up): 2 s is far past simple's session, made in milliseconds.
+        time.sleep(2.0)
         process.send_signal(signal.SIGTERM)
         took, code = exit_time(process, exit_timeout_s + EXIT_MARGIN_S + SLACK_S)
     print(f"exit {took:.2f} s after SIGTERM during a warm-up at start (code {code})")
@@ -141,7 +143,7 @@ def test_sigterm_during_a_load_exits_in_time(endless: ServerProcess) -> None:
 
     loader = threading.Thread(target=load)
     loader.start()
-    time.sleep(2.0)  # into the warm-up
+    time.sleep(2.0)  # into the warm-up: as in the test above, nothing records it at info level
     endless.process.send_signal(signal.SIGTERM)
     took, code = exit_time(endless.process, 3 + EXIT_MARGIN_S + SLACK_S)
     loader.join(10)
@@ -180,7 +182,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, second: signal.Signals) -
         open_stream(stack, f"127.0.0.1:{started_port(log_path)}")  # holds the drain for 60 s
         process.send_signal(signal.SIGTERM)
         wait_for(log_path, "shutting down", 10)
-        time.sleep(1.0)
+        time.sleep(1.0)  # time is what is tested: the drain is still held a second later
         assert process.poll() is None, "the open stream should hold the drain"
         process.send_signal(second)
         took, code = exit_time(process, SLACK_S)
@@ -210,8 +212,8 @@ def test_a_stop_held_by_a_run_in_progress_ends_at_the_margin(tmp_path: Path) -> 
     with starting_server(
         repository, log_path, "--exit-timeout-secs", str(exit_timeout_s), "--log-level", "debug"
     ) as process:
-        wait_for(log_path, "warm-up run")  # the first run has started
-        time.sleep(0.5)
+        # The first run has started: its record comes after the run's last look at the stop.
+        wait_for(log_path, "warm-up run")
         process.send_signal(signal.SIGTERM)
         took, code = exit_time(process, exit_timeout_s + EXIT_MARGIN_S + SLACK_S)
     print(f"exit {took:.2f} s after SIGTERM during a long warm-up run (code {code})")
