@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.executors.onnxruntime_native import native_onnxruntime
-from tests.integration.conftest import running_server
+from tests.integration.conftest import running_server, wait_until
 from tests.integration.gather_model import write_gather_model
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -92,8 +91,13 @@ def test_the_log_stream_is_structured_and_an_internal_failure_has_one_record(
                     "gather", [tensor], request_id="req-1", headers={"traceparent": TRACEPARENT}
                 )
             assert failed.value.status() == "StatusCode.INTERNAL"
-        if traced:
-            time.sleep(2.5)  # the span's export fails meanwhile
+        if traced:  # the span's export fails: the exporter's record of it
+            wait_until(
+                lambda: any(
+                    str(r.get("logger", "")).startswith("opentelemetry") for r in server.records()
+                ),
+                "a record of the failed export",
+            )
     records = records_of(server.log().splitlines())
 
     failures = [r for r in records if r.get("event") == "request failed"]
