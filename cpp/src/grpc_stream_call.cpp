@@ -1,7 +1,6 @@
 // ModelStreamInfer on the core's gRPC server.
 
-#include <algorithm>
-#include <deque>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -10,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "grpc_pending_writes.h"
 #include "inferd/grpc_calls.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/infer_response_writer.h"
@@ -48,8 +48,8 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool want
 // observes (sent_to_python: sampled for tracing, verbose logs) unless decoupled, go one by one to
 // the backend's ModelInfer.
 //
-// Answers wait in writes_ until the client reads them. Their bytes are bounded per call
-// (max_stream_pending_bytes; the first waiting answer always fits) and, with the requests'
+// Answers wait in writes_ (PendingWrites) until the client reads them. Their bytes are bounded per
+// call (max_stream_pending_bytes; the first waiting answer always fits) and, with the requests'
 // bytes, by the server's InflightBudget: an answer past either is not queued, and its request
 // fails RESOURCE_EXHAUSTED instead (a decoupled request is cancelled in the core too, and its
 // later responses are dropped), so a client that stops reading, or a decoupled model that sends
@@ -58,14 +58,16 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool want
 // Invariants: one read and one write in flight at most; at most max_stream_outstanding requests
 // read and not yet finally answered and sent (outstanding_ counts requests, not writes), beyond
 // which reading waits (a client that sends without reading is held back by gRPC's flow control
-// instead of being buffered); pending_bytes_ is the sum of writes_' sizes, each write holding its
-// bytes of the InflightBudget until it is sent or dropped; the call finishes once the client has stopped sending and
-// every answer is sent, or at the first failure of the stream itself; the object lives until grpc is done (OnDone) and
-// every request it submitted or forwarded has come back.
+// instead of being buffered); each write in writes_ holds its bytes of the InflightBudget until it
+// is sent or dropped; the call finishes once the client has stopped sending and every answer is
+// sent, or at the first failure of the stream itself; the object lives until grpc is done (OnDone)
+// and every request it submitted or forwarded has come back.
 class StreamInferCall final : public grpc::ServerGenericBidiReactor, public CompletionSink {
  public:
   StreamInferCall(grpc::GenericCallbackServerContext* context, std::shared_ptr<TransportContext> transport)
-      : context_(context), transport_(std::move(transport)) {
+      : context_(context),
+        transport_(std::move(transport)),
+        writes_(transport_->max_stream_pending_bytes, transport_->inflight) {
     const auto& metadata = context_->client_metadata();
     const auto found = metadata.find("triton_grpc_error");
     if (found != metadata.end()) {
@@ -100,15 +102,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 
   void OnWriteDone(bool ok) override {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (writes_.front().ends_request) --outstanding_;
-    pending_bytes_ -= writes_.front().size;
-    writes_.pop_front();
+    if (writes_.pop_front()) --outstanding_;
     writing_ = false;
     if (!ok) {
       broken_ = true;  // the client is gone: nothing more can be sent
-      for (const PendingWrite& write : writes_) outstanding_ -= write.ends_request ? 1 : 0;
-      writes_.clear();
-      pending_bytes_ = 0;
+      outstanding_ -= writes_.clear();
     }
     after_change(std::move(lock));
   }
@@ -138,7 +136,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
 
   // A call that held many answers frees them in small pieces, which glibc keeps in its arenas:
   // the backlog counts towards the budget's trim as one large release.
-  ~StreamInferCall() override { transport_->inflight->released_elsewhere(peak_pending_bytes_); }
+  ~StreamInferCall() override { transport_->inflight->released_elsewhere(writes_.peak_bytes()); }
 
   // A request the core computed or failed (on a core worker thread).
   void complete(Completion&& completion) override {
@@ -404,15 +402,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       after_change(std::move(lock));
       return true;
     }
-    const uint64_t size = bytes.Length();
-    ByteReservation reservation;
-    const bool first = pending_bytes_ == 0;  // the first waiting answer always fits
-    const uint64_t per_call = transport_->max_stream_pending_bytes;
-    const bool within_call = first || per_call == 0 || pending_bytes_ + size <= per_call;
-    if (!(within_call && transport_->inflight->reserve(size, &reservation)) && bounded && !first) return false;
-    pending_bytes_ += size;
-    peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
-    writes_.push_back(PendingWrite{std::move(bytes), ends_request, size, std::move(reservation)});
+    if (!writes_.push(std::move(bytes), ends_request, bounded)) return false;
     after_change(std::move(lock));
     return true;
   }
@@ -430,7 +420,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (!finished_ && !writing_) {
       if (!stopping && !writes_.empty()) {
         writing_ = true;
-        write = &writes_.front().bytes;  // a deque's elements stay put while others are added
+        write = writes_.front();  // stays put while others are queued
       } else if (stopping || (reads_done_ && outstanding_ == 0)) {
         finished_ = true;
         finish = true;
@@ -479,16 +469,8 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   std::unique_ptr<grpc::Status> final_status_;      // the first error, with triton_grpc_error
   std::unique_ptr<grpc::Status> malformed_status_;  // a message did not parse: reads_done_, ends with it
   size_t outstanding_ = 0;                          // requests read and not yet answered and sent
-  struct PendingWrite {
-    grpc::ByteBuffer bytes;
-    bool ends_request;  // the request's last answer: sending it ends the request (outstanding_)
-    uint64_t size;
-    ByteReservation reservation;  // its bytes of the InflightBudget (empty when over it but first)
-  };
-  std::deque<PendingWrite> writes_;  // answers waiting to be sent; front() in flight
-  uint64_t pending_bytes_ = 0;       // the sizes of writes_
-  uint64_t peak_pending_bytes_ = 0;  // the most pending_bytes_ has been
-  std::set<uint64_t> overflowed_;    // decoupled requests failed for a response that did not fit
+  PendingWrites writes_;                            // answers waiting to be sent; front() in flight
+  std::set<uint64_t> overflowed_;                   // decoupled requests failed for a response that did not fit
   std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
   std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
 };
