@@ -169,6 +169,14 @@ async def test_executor_errors_keep_their_code() -> None:
     dispatcher.close()
 
 
+async def until_called(executor: Doubler) -> None:
+    """Until the executor's execute has been called (it counts calls as they begin)."""
+    deadline = time.monotonic() + 10
+    while executor.calls == 0:
+        assert time.monotonic() < deadline, "execute was never called"
+        await asyncio.sleep(0.001)  # the poll's period
+
+
 async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
     """Workers need the GIL to run a Python executor. If submit or shutdown held it while
     waiting, this would deadlock: a Python thread must run meanwhile and release the gate."""
@@ -180,7 +188,7 @@ async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
     pending = [
         asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1)) for _ in range(5)
     ]
-    await asyncio.sleep(0.05)
+    await until_called(executor)  # all five submitted, the worker waiting at the gate
     opener = threading.Timer(0.2, gate.set)  # Python code that must get the GIL to run
     opener.start()
     started = time.monotonic()
@@ -194,10 +202,11 @@ async def test_the_gil_is_free_while_the_core_waits_and_joins() -> None:
 
 async def test_a_cancelled_caller_does_not_break_later_answers() -> None:
     dispatcher = CompletionDispatcher(asyncio.get_running_loop())
-    scheduler = make_scheduler(dispatcher, [Doubler(delay=0.05)], max_batch_size=8)
+    executor = Doubler(delay=0.05)
+    scheduler = make_scheduler(dispatcher, [executor], max_batch_size=8)
     value = np.ones((1, 1), dtype=np.int32)
     first = asyncio.ensure_future(scheduler.infer([(INT32, value.shape, value)], 1))
-    await asyncio.sleep(0.01)
+    await until_called(executor)  # in its 50 ms execute
     first.cancel()
     outputs, _ = await scheduler.infer([(INT32, value.shape, value)], 1)
     np.testing.assert_array_equal(outputs[0][2], value * 2)

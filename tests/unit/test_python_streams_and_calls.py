@@ -409,11 +409,14 @@ def test_an_answer_decodes_from_model_infer_response_bytes() -> None:
 
 
 SLEEPS = """
+import os
 import time
 
 
 class TritonPythonModel:
     def execute(self, requests):
+        here = os.path.dirname(os.path.abspath(__file__))
+        open(os.path.join(here, "in_execute"), "w").close()  # the test waits for it
         time.sleep(60)
         return []
 """
@@ -431,7 +434,11 @@ def test_a_worker_whose_server_is_gone_exits_even_inside_execute(tmp_path: Path)
         channel.send({"type": "initialize", "args": spec.initialize_args()})
         assert channel.receive()[0]["type"] == "ready"
         channel.send({"type": "execute", "requests": []})
-        time.sleep(0.5)  # inside its 60 s execute
+        in_execute = spec.model_file.parent / "in_execute"
+        deadline = time.monotonic() + 30
+        while not in_execute.exists():  # inside its 60 s execute
+            assert time.monotonic() < deadline, "the model never entered execute"
+            time.sleep(0.01)  # the poll's period
         started = time.monotonic()
         parent.close()  # the server is gone
         assert worker.wait(timeout=30) == 1
