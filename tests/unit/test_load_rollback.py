@@ -18,6 +18,7 @@ from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models import ModelRegistry, ModelState
 from inferd.models import builder as builder_module
+from inferd.models import warmup as warmup_module
 from inferd.repository import ModelRepository, parse_config_json
 
 # simple's config with a warm-up that would run for days: only cancellation ends it.
@@ -58,6 +59,30 @@ def created(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return executors
 
 
+class RunRecorder:
+    """warmup.py's logger, recording the "warm-up run" record it writes as each run begins."""
+
+    def __init__(self, log: Any) -> None:
+        self.runs: list[dict[str, Any]] = []
+        self._log = log
+
+    def debug(self, event: str, **fields: Any) -> None:
+        if event == "warm-up run":
+            self.runs.append(fields)
+        self._log.debug(event, **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+@pytest.fixture
+def warm_up_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The warm-up runs begun, as warmup.py records them (model, sample, run)."""
+    recorder = RunRecorder(warmup_module.log)
+    monkeypatch.setattr(warmup_module, "log", recorder)
+    return recorder.runs
+
+
 def registry_for(root: Path) -> ModelRegistry:
     return ModelRegistry(
         ModelRepository(root),
@@ -72,13 +97,12 @@ def holds_a_session(executor: object) -> bool:
     return hasattr(executor, "core_session") or hasattr(executor, "_session")
 
 
-async def warming_up(created: list[Any], registry: ModelRegistry) -> None:
-    """Waits until the endless warm-up runs on an executor it created."""
+async def warming_up(created: list[Any], runs: list[dict[str, Any]]) -> None:
+    """Waits until simple's endless warm-up runs on an executor the load created."""
     deadline = time.monotonic() + 30
-    while not created or not registry.index():
-        assert time.monotonic() < deadline, "the load never created its executor"
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)
+    while not created or not any(run["model"] == "simple" for run in runs):
+        assert time.monotonic() < deadline, "the load never began its warm-up"
+        await asyncio.sleep(0.05)  # the poll's period
 
 
 def states(registry: ModelRegistry, name: str) -> list[tuple[str, ModelState, str]]:
@@ -86,7 +110,7 @@ def states(registry: ModelRegistry, name: str) -> list[tuple[str, ModelState, st
 
 
 async def test_a_cancelled_load_rolls_back_and_frees_what_it_built(
-    repository: Path, created: list[Any]
+    repository: Path, created: list[Any], warm_up_runs: list[dict[str, Any]]
 ) -> None:
     registry = registry_for(repository)
     await registry.load("mlp")
@@ -97,7 +121,7 @@ async def test_a_cancelled_load_rolls_back_and_frees_what_it_built(
     load = asyncio.ensure_future(
         registry.load("simple", parse_config_json(json.dumps(ENDLESS_WARMUP), "test"))
     )
-    await warming_up(created, registry)
+    await warming_up(created, warm_up_runs)
     assert states(registry, "simple") == [("", ModelState.LOADING, "")]
     assert registry.all_ready()  # a model joins the ones that should serve once it loads
     started = time.monotonic()
@@ -129,12 +153,14 @@ async def test_a_failed_load_of_a_new_model_leaves_the_server_ready(repository: 
     await registry.close()
 
 
-async def test_shutdown_abandons_a_load_in_warm_up(repository: Path, created: list[Any]) -> None:
+async def test_shutdown_abandons_a_load_in_warm_up(
+    repository: Path, created: list[Any], warm_up_runs: list[dict[str, Any]]
+) -> None:
     registry = registry_for(repository)
     load = asyncio.ensure_future(
         registry.load("simple", parse_config_json(json.dumps(ENDLESS_WARMUP), "test"))
     )
-    await warming_up(created, registry)
+    await warming_up(created, warm_up_runs)
     registry.abandon_loads()
     with pytest.raises(Unavailable, match="shutting down"):
         await asyncio.wait_for(load, 30)
