@@ -238,7 +238,7 @@ class PipelinedDoubler(Doubler):
         self.stage_threads.add(threading.get_ident())
         if int(inputs[0].flat[0]) == 13:
             raise InvalidArgument("cannot stage 13")
-        time.sleep(0.02)
+        time.sleep(0.02)  # staging takes a while: it can overlap a computation (checked below)
         self.staged.append(time.monotonic())
 
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
