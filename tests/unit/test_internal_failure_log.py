@@ -49,6 +49,7 @@ class FailingDataPlane:
         observed: Any = None,
         on_failure: Callable[[str, str, BaseException], None] | None = None,
         shared_memory: Any = None,
+        routed_version: str | None = None,
     ) -> bytes:
         if self.before_version:
             raise self.error
