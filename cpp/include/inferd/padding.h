@@ -7,7 +7,7 @@
 namespace inferd {
 
 // Batching of variable-length inputs by padding (config parameters inferd.pad_inputs,
-// inferd.pad_value, inferd.pad_outputs; see README). Requests whose padded inputs differ only in
+// inferd.pad_value, inferd.pad_outputs; see docs/batching.md). Requests whose padded inputs differ only in
 // their non-batch dims still share a batch: each padded input is padded up to the longest in the
 // batch with `value`, and the outputs listed in `outputs` are sliced back to each request's own
 // lengths, taken from the reference input.
