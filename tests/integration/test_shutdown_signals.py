@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferd.cli import EXIT_MARGIN_S
 from inferd.examples import make_examples
-from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.conftest import ServerProcess, running_server, wait_until
 from tests.integration.slow_model import write_slow_model
 from tests.integration.test_control_plane_limits import load_request, simple_warmup
 from tests.integration.test_transport import (
@@ -103,12 +103,9 @@ def test_sigterm_during_a_warmup_at_start_exits_in_time(tmp_path: Path) -> None:
     exit_timeout_s = 3.0
     with starting_server(
         repository, log_path, "--max-warmup-count", ENDLESS,
-        "--exit-timeout-secs", str(exit_timeout_s),
+        "--exit-timeout-secs", str(exit_timeout_s), "--log-level", "debug",
     ) as process:  # fmt: skip
-        wait_for(log_path, "batch buffer pool")  # loading starts after this record
-        # Into the warm-up, which nothing records at info level ("warm-up run" is debug, a line a
-        # run of an endless warm-up): 2 s is far past simple's session, made in milliseconds.
-        time.sleep(2.0)
+        wait_for(log_path, "warm-up run")  # at debug level: a record as each run begins
         process.send_signal(signal.SIGTERM)
         took, code = exit_time(process, exit_timeout_s + EXIT_MARGIN_S + SLACK_S)
     print(f"exit {took:.2f} s after SIGTERM during a warm-up at start (code {code})")
@@ -124,6 +121,7 @@ def endless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     with running_server(
         repository, names, root, "--model-control-mode", "explicit", "--load-model", "mlp",
         "--max-warmup-count", ENDLESS, "--exit-timeout-secs", "3",
+        "--log-level", "debug",  # a "warm-up run" record as each run begins
     ) as server:  # fmt: skip
         yield server
 
@@ -143,7 +141,13 @@ def test_sigterm_during_a_load_exits_in_time(endless: ServerProcess) -> None:
 
     loader = threading.Thread(target=load)
     loader.start()
-    time.sleep(2.0)  # into the warm-up: as in the test above, nothing records it at info level
+    wait_until(  # simple's (mlp warmed up at start, before the server started)
+        lambda: any(
+            r.get("event") == "warm-up run" and r.get("model") == "simple"
+            for r in endless.records()
+        ),
+        "simple's warm-up running",
+    )
     endless.process.send_signal(signal.SIGTERM)
     took, code = exit_time(endless.process, 3 + EXIT_MARGIN_S + SLACK_S)
     loader.join(10)
