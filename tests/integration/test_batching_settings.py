@@ -299,7 +299,6 @@ def test_a_level_s_own_max_queue_size_refuses_while_the_default_level_queues(
     assert "priority level 1 is full (max_queue_size 1)" in refused.value.message()
     for i in range(3):  # level 4, the default: no limit
         triton.async_infer("levels", fp32_input(column(10.0 + i)), answers.callback(f"d{i}"))
-    settings_server.wait_for_pending("levels", 5)
     results = answers.wait(6)
     assert [error for _, _, error in results] == [None] * 6, results
     # Level 1 first, then the busy request queued at level 4 before the three (sent at once,
