@@ -90,6 +90,9 @@ class Scheduler final : public RequestScheduler {
   const BatcherOptions& batcher_options() const { return options_.batching; }
 
  private:
+  // Defined in cpp/src: scheduler.cpp (the public face, completing in order), scheduler_workers.cpp
+  // (the threads), scheduler_execution.cpp (one batch through its executor), scheduler_isolation.cpp
+  // (re-running a failed batch); StagedBatch and StagedBatchSlot in staged_batch.h.
   struct StagedBatch;
   class StagedBatchSlot;
   // The next non-empty batch (rejections answered on the way); false once the batcher has ended.

@@ -1,0 +1,183 @@
+// One batch's way through its executor: gathering its inputs (and staging them), executing it,
+// scattering the outputs per request and completing the requests.
+
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "inferd/scheduler.h"
+#include "request_answers.h"
+#include "staged_batch.h"
+
+namespace inferd {
+namespace {
+
+// Whether `executor` takes a batch as its requests (execute_requests) rather than gathered.
+bool takes_requests(const Executor& executor) { return executor.answers_each_request() || executor.decoupled(); }
+
+}  // namespace
+
+Scheduler::StagedBatch Scheduler::stage_batch(Executor* executor,
+                                              std::vector<std::unique_ptr<InferenceRequest>>* batch) {
+  StagedBatch staged;
+  staged.requests = std::move(*batch);
+  staged.timeline.start = Clock::now();
+  try {
+    if (takes_requests(*executor)) {
+      // Each request on its own: a batch of one is passed through, client memory copied out.
+      for (size_t i = 0; i < staged.requests.size();) {
+        RequestBatch one;
+        one.push_back(std::move(staged.requests[i]));
+        try {
+          std::vector<Tensor> inputs = gather_inputs(one, pool_.get(), options_.batching.padding);
+          staged.request_inputs.push_back(executor_request(*one.front(), std::move(inputs)));
+          staged.requests[i++] = std::move(one.front());
+        } catch (const ClientMemoryFault& fault) {
+          fail(std::move(one.front()), Status::Error(StatusCode::kInvalidArgument, fault.what()));
+          staged.requests.erase(staged.requests.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+      if (staged.requests.empty()) {
+        staged.status = Status::Error(StatusCode::kInvalidArgument, "no request of the batch is left");
+      }
+      staged.timeline.input_done = Clock::now();
+      return staged;
+    }
+    // A request whose client memory cannot be read fails alone; the rest are gathered again.
+    while (true) {
+      try {
+        staged.inputs = gather_inputs(staged.requests, pool_.get(), options_.batching.padding);
+        break;
+      } catch (const ClientMemoryFault& fault) {
+        auto culprit = staged.requests.begin() + static_cast<std::ptrdiff_t>(fault.request);
+        fail(std::move(*culprit), Status::Error(StatusCode::kInvalidArgument, fault.what()));
+        staged.requests.erase(culprit);
+        if (staged.requests.empty()) {
+          staged.status = Status::Error(StatusCode::kInvalidArgument, "no request of the batch is left");
+          staged.timeline.input_done = Clock::now();
+          return staged;
+        }
+      }
+    }
+    if (executor->pipelined()) {
+      staged.status = executor->stage(staged.inputs);
+      staged.executor_failed = !staged.status.ok();
+    }
+  } catch (const std::exception& e) {
+    staged.status = Status::Error(StatusCode::kInternal, std::string("batch assembly failed: ") + e.what());
+  }
+  staged.timeline.input_done = Clock::now();
+  return staged;
+}
+
+Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* staged) {
+  if (staged->status.ok() && takes_requests(*executor)) return run_requests(executor, instance, staged);
+  auto* batch = &staged->requests;
+  BatchTimeline& timeline = staged->timeline;
+  Status status = staged->status;
+  std::vector<std::vector<Tensor>> per_request;
+  if (status.ok()) {
+    staged->executor_failed = true;  // unless it succeeds below, the failure is the executor's
+    try {
+      std::vector<Tensor> outputs;
+      status = executor->execute(staged->inputs, &outputs);
+      timeline.infer_done = Clock::now();
+      if (status.ok()) {
+        status = scatter_outputs(outputs, *batch, options_.batching.padding, pool_.get(), &per_request);
+      }
+      timeline.output_done = Clock::now();
+    } catch (const std::exception& e) {
+      status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
+    }
+    if (status.ok()) staged->executor_failed = false;
+  }
+  staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
+  if (!status.ok()) return status;
+  complete_batch(batch, &per_request, instance, timeline, batch->size());
+  return Status::Ok();
+}
+
+Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatch* staged) {
+  RequestBatch& batch = staged->requests;
+  BatchTimeline& timeline = staged->timeline;
+  staged->executor_failed = false;  // a failure of the whole batch is not bisected: it fails every request
+  std::vector<RequestResult> results;
+  std::optional<StreamedResponses> responses;
+  if (executor->decoupled()) responses.emplace(batch, &statistics_);
+  std::vector<uint64_t> tokens;
+  for (const auto& request : batch) tokens.push_back(request->token);
+  const RunningRequests::Watch running(&running_, std::move(tokens));
+  for (size_t i = 0; i < staged->request_inputs.size(); ++i) {
+    staged->request_inputs[i].cancellation.flag = running.flag(i);
+  }
+  Status status;
+  try {
+    status = executor->execute_requests(staged->request_inputs, &results, responses ? &*responses : nullptr);
+  } catch (const std::exception& e) {
+    status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
+  }
+  timeline.infer_done = timeline.output_done = Clock::now();
+  staged->request_inputs.clear();
+  if (status.ok() && results.size() != batch.size()) {
+    status = Status::Error(StatusCode::kInternal, "the executor answered " + std::to_string(results.size()) +
+                                                      " results for " + std::to_string(batch.size()) + " requests");
+  }
+  if (!status.ok()) {
+    for (size_t i = 0; responses && i < batch.size(); ++i) responses->finish(i, true);  // each fails with it
+    return status;
+  }
+  const size_t batch_requests = batch.size();
+  RequestBatch computed;
+  std::vector<std::vector<Tensor>> outputs;
+  std::vector<bool> respond;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    // Only a decoupled request may end with its final flag alone.
+    const bool answered = !responses || results[i].respond || !results[i].status.ok();
+    if (answered && results[i].status.ok()) {
+      const Status shapes = check_answer_shapes(*batch[i], results[i].outputs);
+      if (!shapes.ok()) results[i].status = shapes;
+    }
+    if (responses) responses->finish(i, answered);
+    if (results[i].status.ok()) {
+      computed.push_back(std::move(batch[i]));
+      outputs.push_back(answered ? std::move(results[i].outputs) : std::vector<Tensor>{});
+      respond.push_back(answered);
+    } else {
+      fail(std::move(batch[i]), results[i].status);
+    }
+  }
+  batch.clear();
+  if (!computed.empty()) complete_batch(&computed, &outputs, instance, timeline, batch_requests, respond);
+  return Status::Ok();
+}
+
+void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
+                               const BatchTimeline& timeline, size_t batch_requests, const std::vector<bool>& respond) {
+  statistics_.record_batch(*batch, timeline);
+  RequestTiming timing;
+  timing.compute_start = timeline.start;
+  timing.input_done = timeline.input_done;
+  timing.infer_done = timeline.infer_done;
+  timing.compute_end = timeline.output_done;
+  timing.batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
+  timing.batch_requests = static_cast<uint32_t>(batch_requests);
+  for (const auto& request : *batch) timing.batch_rows += request->batch_size;
+  timing.instance = instance;
+  for (size_t i = 0; i < batch->size(); ++i) {
+    Completion completion;
+    completion.token = (*batch)[i]->token;
+    completion.timing = timing;
+    completion.timing.enqueued = (*batch)[i]->enqueue_time;
+    completion.outputs = std::move((*per_request)[i]);
+    completion.respond = respond.empty() || respond[i];
+    const uint64_t sequence = (*batch)[i]->sequence;
+    completion.request = std::move((*batch)[i]);
+    complete(std::move(completion), sequence);
+  }
+  batch->clear();
+}
+
+}  // namespace inferd
