@@ -35,10 +35,10 @@ _.CudaSharedMemoryStatus
 _.CudaSharedMemoryRegister
 _.CudaSharedMemoryUnregister
 
-# observability/metrics.py: prometheus_client's Collector interface; the registry calls collect()
-# at each scrape.
+# observability/ (core_metrics.py, failure_counts.py, host_metrics.py, metrics_http.py):
+# prometheus_client's Collector interface; the registry calls collect() at each scrape.
 _.collect
-# observability/metrics.py: the /metrics HTTP server's hooks, read by the standard library's
+# observability/metrics_http.py: the /metrics HTTP server's hooks, read by the standard library's
 # socketserver and http.server: the server class's address_family (IPv6 hosts) and the request
 # handler's log_message (overridden so that scrapes are not logged).
 _.address_family

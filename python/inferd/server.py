@@ -38,7 +38,8 @@ from inferd.models.control import ControlMode, ModelControl
 from inferd.models.registry import ModelState
 from inferd.models.warmup import WarmupLimits
 from inferd.observability.logging import LogControl
-from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics, ModelCounters
+from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.model_counters import EnsembleStepCounters, ModelCounters
 from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider

@@ -410,7 +410,7 @@ def test_autoscaler_metric_comes_from_inferds_queue_gauge() -> None:
     assert series_name is not None, rule["seriesQuery"]
     series = series_name.group()
     assert re.fullmatch(rule["name"]["matches"], series)
-    metrics_source = (ROOT / "python/inferd/observability/metrics.py").read_text()
+    metrics_source = (ROOT / "python/inferd/observability/core_metrics.py").read_text()
     assert f'"{series}"' in metrics_source, f"inferd writes no {series}"
 
 

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import inferd._core as _core
 from inferd.core import CoreTiming
 from inferd.observability.logging import LogControl
-from inferd.observability.metrics import EnsembleStepCounters, InferenceMetrics, ModelCounters
+from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.model_counters import EnsembleStepCounters, ModelCounters
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
 

@@ -20,7 +20,10 @@ from inferd.errors import ErrorCode, ModelLoadError
 from inferd.examples import make_examples
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models import ModelRegistry
-from inferd.observability.metrics import REASONS, HostCollector, InferenceMetrics, ModelCounters
+from inferd.observability.failure_counts import REASONS
+from inferd.observability.host_metrics import HostCollector
+from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.model_counters import ModelCounters
 from inferd.repository import ModelRepository
 
 STATISTICS = _core.StatisticsSnapshot()  # a version that has computed nothing

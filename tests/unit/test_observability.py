@@ -18,7 +18,8 @@ import inferd._core as _core
 from inferd.core import CoreTiming
 from inferd.errors import ErrorCode, InvalidArgument
 from inferd.observability.logging import LogControl, apply_log_settings
-from inferd.observability.metrics import InferenceMetrics, ModelCounters
+from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.model_counters import ModelCounters
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import (
     TRACE_SAMPLED_ATTRIBUTE,
