@@ -5,6 +5,7 @@
 #include <string>
 
 #include "inferd/completion_queue.h"
+#include "inferd/request_observation.h"
 #include "python_tensor.h"
 #include "wire_request.h"
 
@@ -88,6 +89,27 @@ void register_completion_queue(py::module_& m) {
       .def_property_readonly("submitted", [](const EnsembleStepTiming& t) { return ns(t.submitted); })
       .def_property_readonly("answered", [](const EnsembleStepTiming& t) { return ns(t.answered); })
       .def_readonly("timing", &EnsembleStepTiming::timing);
+  py::class_<ObservedRequest>(m, "ObservedRequest",
+                              "An inference the core ran while Python observes it, as it was answered (core clock "
+                              "ns).")
+      .def_readonly("model", &ObservedRequest::model, "The version that ran it: its model's name.")
+      .def_readonly("version", &ObservedRequest::version)
+      .def_readonly("id", &ObservedRequest::id, "The request's id.")
+      .def_readonly("metadata", &ObservedRequest::metadata, "The caller's metadata: [(key, value)].")
+      .def_readonly("sampled", &ObservedRequest::sampled, "The transport's sampling rule picked it for tracing.")
+      .def_readonly("streamed", &ObservedRequest::streamed, "A request of a ModelStreamInfer call.")
+      .def_property_readonly("received", [](const ObservedRequest& o) { return ns(o.received); })
+      .def_property_readonly("answered", [](const ObservedRequest& o) { return ns(o.answered); })
+      .def_property_readonly("code", [](const ObservedRequest& o) { return o.status.code; })
+      .def_property_readonly("message", [](const ObservedRequest& o) { return o.status.message; })
+      .def_readonly("timing", &ObservedRequest::timing, "How the core ran it (zeros: it never reached a scheduler).")
+      .def_readonly("responses", &ObservedRequest::responses, "Answers sent for it.");
+  py::class_<ObservationQueue, std::shared_ptr<ObservationQueue>>(m, "ObservationQueue")
+      .def("fileno", &ObservationQueue::fd, "The eventfd that is readable while records wait.")
+      // The GIL stays held, as for CompletionQueue.drain: a bounded swap under a lock no GIL holder
+      // waits on.
+      .def("drain", &ObservationQueue::drain, "Every waiting ObservedRequest, oldest first.")
+      .def("dropped", &ObservationQueue::dropped, "Records dropped because the queue was full, since the start.");
   py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")
       .def(py::init<>())
       .def("fileno", &CompletionQueue::fd, "The eventfd that is readable while completions wait.")

@@ -71,13 +71,15 @@ std::shared_ptr<GrpcServer> make_server(
 
 void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool forward_inference,
              const TraceSampling& tracing, const std::vector<py::tuple>& routes,
-             const std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>& weights) {
+             const std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>& weights,
+             bool observe_inference) {
   auto snapshot = std::make_shared<ServingSnapshot>();
   snapshot->live = live;
   snapshot->ready = ready;
   snapshot->accepting = accepting;
   snapshot->forward_inference = forward_inference;
   snapshot->tracing = tracing;
+  snapshot->observe_inference = observe_inference;
   for (const py::tuple& r : routes) {
     auto route = std::make_shared<ModelRoute>();
     route->model = r[2].cast<std::string>();
@@ -141,11 +143,15 @@ void register_grpc_server(py::module_& m) {
            "shared_memory_on_tcp. Raises RuntimeError "
            "when an address cannot be served, ValueError for a restricted protocol it cannot enforce.")
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
+      .def_property_readonly("observations", &GrpcServer::observations,
+                             "The ObservationQueue of the inferences the core ran while Python observes them.")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),
            py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},
+           py::arg("observe_inference") = false,
            "Replace the serving snapshot. forward_inference: every inference goes to the backend; tracing: those "
-           "it samples do. routes: (name, version as requested ('' = default), model, version, "
+           "it samples are observed (run in the core, reported on observations); observe_inference: every one is. "
+           "routes: (name, version as requested ('' = default), model, version, "
            "Scheduler or EnsembleScheduler, ModelSignature, serialized ModelMetadataResponse, serialized "
            "ModelConfigResponse); weights: "
            "(name, [(version, weight)]) of the models whose inferences naming no version are routed by weight among "

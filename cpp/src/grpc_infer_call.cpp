@@ -17,24 +17,22 @@ namespace inferd {
 namespace {
 
 // ModelInfer: received bytes -> parser -> the version's scheduler -> writer -> sent bytes. A
-// request the snapshot has no route for (unknown or unready model, a version written otherwise)
-// or that Python observes (sent_to_python: sampled for tracing, verbose logs) goes to the
-// backend instead.
+// request the snapshot has no route for (unknown or unready model, a version written otherwise),
+// or every request while Python traces by a rule of its own (forward_inference), goes to the
+// backend instead. One that Python observes (sampled for tracing, verbose logs) runs here too, and
+// its record goes to Python once it is answered (begin_observation, report).
 class InferCall final : public UnaryCall, public CompletionSink {
  public:
   using UnaryCall::UnaryCall;
 
   void complete(Completion&& completion) override {
-    if (!completion.status.ok()) {
-      count_failure(completion.status, completion.request ? completion.request->id : "");
-      fail(to_grpc_status(completion.status));
-      return;
-    }
+    Status status = completion.status;
     grpc::ByteBuffer answer_bytes;
-    const Status failed = write_answer(*completion.request, completion.outputs, &answer_bytes);
-    if (!failed.ok()) {
-      count_failure(failed, completion.request->id);
-      fail(to_grpc_status(failed));
+    if (status.ok()) status = write_answer(*completion.request, completion.outputs, &answer_bytes);
+    report(status, &completion.timing);
+    if (!status.ok()) {
+      count_failure(status, completion.request ? completion.request->id : "");
+      fail(to_grpc_status(status));
       return;
     }
     answer(std::move(answer_bytes));
@@ -42,6 +40,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
 
  private:
   void handle() override {
+    const Clock::time_point received_at = Clock::now();
     // Held until this object goes: once the answer is sent and the core has let the request go.
     if (!transport_->inflight->reserve(request_.Length(), &reservation_)) {
       fail(over_budget(request_.Length(), *transport_->inflight));
@@ -67,16 +66,17 @@ class InferCall final : public UnaryCall, public CompletionSink {
     }
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
-    bool sampled;
-    if (sent_to_python(*snapshot, *context_, &sampled)) {
-      forward(route.get(), sampled);
+    if (snapshot->forward_inference) {
+      forward(route.get());  // Python samples and traces it by its own rule
       return;
     }
+    const bool sampled = sampled_for_tracing(*snapshot, *context_);
     if (route == nullptr) {
-      forward();  // Python answers in the registry's words (unknown, not ready)
+      forward(nullptr, sampled);  // Python answers in the registry's words (unknown, not ready)
       return;
     }
     route_ = route;
+    observation_ = begin_observation(*snapshot, *route, *context_, parsed.id, sampled, received_at);
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto request = std::make_unique<InferenceRequest>();
     request->token = transport_->next_token();
@@ -84,6 +84,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     status = build_inference_request(route->signature, parsed, received.owner, request.get(),
                                      transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
+      report(status, nullptr);
       count_failure(status, parsed.id);
       fail(to_grpc_status(status));
       return;
@@ -95,6 +96,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
     status = scheduler->submit(std::move(request));
     if (!status.ok()) {
       request.reset();  // still ours: dropping it releases the sink
+      report(status, nullptr);
       count_failure(status, parsed.id);
       fail(to_grpc_status(status));
       return;
@@ -132,7 +134,16 @@ class InferCall final : public UnaryCall, public CompletionSink {
     });
   }
 
+  // An observed request's record goes to Python with what it was answered, before the answer (so
+  // that its span is on its way by the time the client has the answer). Called once: from
+  // handle() before the core holds the request, or from complete() after.
+  void report(const Status& status, RequestTiming* timing) {
+    finish_observation(*transport_->observations, std::move(observation_), status, timing, status.ok() ? 1 : 0);
+  }
+
   std::shared_ptr<const ModelRoute> route_;  // set before the request is submitted, never after
+  // Set before the request is submitted, then used by the one thread that answers it.
+  std::unique_ptr<ObservedRequest> observation_;
   std::mutex core_mutex_;
   uint64_t token_ = 0;           // guarded by core_mutex_; set once the core holds the request
   bool core_cancelled_ = false;  // guarded by core_mutex_

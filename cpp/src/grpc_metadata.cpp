@@ -1,6 +1,8 @@
 // The metadata of the core's gRPC calls: what a call forwarded to the backend carries each way,
-// and whether an inference goes to Python (its traceparent, by the snapshot's tracing).
+// whether an inference is sampled for tracing (its traceparent, by the snapshot's rule), and what
+// an observed inference's record keeps of it.
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -29,17 +31,42 @@ void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientConte
   to->set_deadline(from.deadline());
 }
 
-bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled) {
-  *sampled = false;
-  if (snapshot.forward_inference) return true;
+bool sampled_for_tracing(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context) {
   if (!snapshot.tracing.enabled) return false;
   std::string_view traceparent;
   const auto& metadata = context.client_metadata();
   if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
     traceparent = std::string_view(found->second.data(), found->second.size());
   }
-  *sampled = snapshot.tracing.traced(traceparent);
-  return *sampled;
+  return snapshot.tracing.traced(traceparent);
+}
+
+std::unique_ptr<ObservedRequest> begin_observation(const ServingSnapshot& snapshot, const ModelRoute& route,
+                                                   const grpc::ServerContextBase& context, std::string_view request_id,
+                                                   bool sampled, Clock::time_point received) {
+  if (!sampled && !snapshot.observe_inference) return nullptr;
+  auto observed = std::make_unique<ObservedRequest>();
+  observed->model = route.model;
+  observed->version = route.version;
+  observed->id = std::string(request_id);
+  observed->sampled = sampled;
+  observed->received = received;
+  for (const auto& [key, value] : context.client_metadata()) {
+    const std::string_view k(key.data(), key.size());
+    if (is_transport_header(k)) continue;
+    observed->metadata.emplace_back(std::string(k), std::string(value.data(), value.size()));
+  }
+  return observed;
+}
+
+void finish_observation(ObservationQueue& queue, std::unique_ptr<ObservedRequest> observed, const Status& status,
+                        RequestTiming* timing, uint32_t answers) {
+  if (observed == nullptr) return;
+  observed->answered = Clock::now();
+  if (observed->status.ok()) observed->status = status;
+  observed->responses += answers;
+  if (timing != nullptr) observed->timing = std::move(*timing);
+  queue.push(std::move(*observed));  // a full queue drops it: observing never holds a request
 }
 
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to) {

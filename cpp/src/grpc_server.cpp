@@ -249,6 +249,7 @@ GrpcServer::~GrpcServer() { shutdown(0); }
 
 ServingState& GrpcServer::state() { return transport_->state; }
 FailureCounts& GrpcServer::failures() { return transport_->failures; }
+std::shared_ptr<ObservationQueue> GrpcServer::observations() const { return transport_->observations; }
 
 void GrpcServer::shutdown(double grace_s) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);

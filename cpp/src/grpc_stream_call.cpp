@@ -44,9 +44,11 @@ grpc::ByteBuffer stream_answer(const grpc::ByteBuffer& infer_response, bool want
 // request asked for it (triton_enable_empty_final_response), else nothing is sent for it. A
 // request with that parameter gets `triton_final_response` on each answer: false but on its last.
 // A message that does not parse as a ModelInferRequest ends the call with INVALID_ARGUMENT once
-// the requests read before it are answered and sent. Requests without a route, and those Python
-// observes (sent_to_python: sampled for tracing, verbose logs) unless decoupled, go one by one to
-// the backend's ModelInfer.
+// the requests read before it are answered and sent. Requests without a route, and every request
+// but a decoupled model's while Python traces by a rule of its own (forward_inference), go one by
+// one to the backend's ModelInfer. One that Python observes (sampled for tracing, verbose logs),
+// a decoupled model's too, runs in the core, and its record goes to Python once it has ended
+// (observed_, finish_observation), with the number of answers sent for it.
 //
 // Answers wait in writes_ (PendingWrites) until the client reads them. Their bytes are bounded per
 // call (max_stream_pending_bytes; the first waiting answer always fits) and, with the requests'
@@ -141,6 +143,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   // A request the core computed or failed (on a core worker thread).
   void complete(Completion&& completion) override {
     std::shared_ptr<const ModelRoute> route;
+    std::unique_ptr<ObservedRequest> observed;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto found = in_core_.find(completion.token);
@@ -148,8 +151,11 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
         route = found->second;
         in_core_.erase(found);
       }
+      observed = take_observation_locked(completion.token);
     }
+    ObservationQueue& observations = *transport_->observations;
     if (completion.request && forget_overflowed(completion.request->token)) {
+      finish_observation(observations, std::move(observed), Status::Ok(), &completion.timing, 0);
       std::unique_lock<std::mutex> lock(mutex_);
       answer_dropped_locked();  // its error answer went out when its responses overflowed
       after_change(std::move(lock));
@@ -157,12 +163,15 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     }
     const std::string id = completion.request ? completion.request->id : "";
     if (!completion.status.ok()) {
+      finish_observation(observations, std::move(observed), completion.status, &completion.timing, 0);
       if (route != nullptr) count_failure(*route, completion.status, id);
       const std::optional<bool> flag = completion.request ? final_flag(*completion.request, true) : std::nullopt;
       return answer_error(to_grpc_status(completion.status), id, /*ends_request=*/true, flag);
     }
     const InferenceRequest& request = *completion.request;
     if (!completion.respond) {  // a decoupled request's final flag alone
+      finish_observation(observations, std::move(observed), Status::Ok(), &completion.timing,
+                         request.final_response_flag ? 1 : 0);
       // Small, and it ends the request: never refused.
       if (request.final_response_flag) {
         send(empty_final_answer(request), /*ends_request=*/true, /*bounded=*/false);
@@ -176,14 +185,18 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     grpc::ByteBuffer bytes;
     const Status failed = write_answer(request, completion.outputs, &bytes, final_flag(request, true));
     if (!failed.ok()) {
+      finish_observation(observations, std::move(observed), failed, &completion.timing, 0);
       if (route != nullptr) count_failure(*route, failed, id);
       return answer_error(to_grpc_status(failed), id, /*ends_request=*/true, final_flag(request, true));
     }
     if (!send(std::move(bytes), /*ends_request=*/true)) {
       const Status refused = Status::Error(StatusCode::kResourceExhausted, unsent_message());
+      finish_observation(observations, std::move(observed), refused, &completion.timing, 0);
       if (route != nullptr) count_failure(*route, refused, id);
       answer_error(to_grpc_status(refused), id, /*ends_request=*/true, final_flag(request, true));
+      return;
     }
+    finish_observation(observations, std::move(observed), Status::Ok(), &completion.timing, 1);
   }
 
   // One response of a decoupled model's request before its final one (on a core worker thread).
@@ -195,6 +208,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (overflowed_.count(request.token) != 0) return;
+      if (const auto found = observed_.find(request.token); found != observed_.end()) ++found->second->responses;
     }
     bool sent;
     if (!response.status.ok()) {
@@ -227,6 +241,10 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       if (found != in_core_.end()) route = found->second;
     }
     const Status refused = Status::Error(StatusCode::kResourceExhausted, unsent_message());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (const auto found = observed_.find(request.token); found != observed_.end()) found->second->status = refused;
+    }
     if (route != nullptr) count_failure(*route, refused, request.id);
     answer_error(to_grpc_status(refused), request.id, /*ends_request=*/false, final_flag(request, true));
     if (route != nullptr) {
@@ -241,6 +259,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   }
 
   void handle(const grpc::ByteBuffer& request) {
+    const Clock::time_point received_at = Clock::now();
     ReceivedMessage received;
     if (!receive(request, &received)) {
       return answer_error(grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request message"), "",
@@ -263,16 +282,19 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (!status.ok()) return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
     const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
-    // A decoupled model's requests stay in the core even when Python would observe them (its path
-    // answers once per request): decoupled requests are not traced yet, nor logged verbosely.
+    // A decoupled model's requests stay in the core even when Python traces by its own rule (its
+    // path answers once per request).
     const bool decoupled = route != nullptr && route->signature != nullptr && route->signature->decoupled;
-    bool sampled;
-    if (!decoupled && sent_to_python(*snapshot, *context_, &sampled)) {
-      return forward(request, std::string(parsed.id), route.get(), sampled, wants_flag, std::move(reservation));
+    if (snapshot->forward_inference && !decoupled) {
+      return forward(request, std::string(parsed.id), route.get(), false, wants_flag, std::move(reservation));
     }
+    const bool sampled = sampled_for_tracing(*snapshot, *context_);
     if (route == nullptr) {
-      return forward(request, std::string(parsed.id), nullptr, false, wants_flag, std::move(reservation));
+      return forward(request, std::string(parsed.id), nullptr, sampled, wants_flag, std::move(reservation));
     }
+    std::unique_ptr<ObservedRequest> observed =
+        begin_observation(*snapshot, *route, *context_, parsed.id, sampled, received_at);
+    if (observed != nullptr) observed->streamed = true;
 
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
@@ -282,6 +304,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
                                      transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
+      finish_observation(*transport_->observations, std::move(observed), status, nullptr, 0);
       count_failure(*route, status, parsed.id);
       return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
     }
@@ -290,6 +313,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     {
       std::lock_guard<std::mutex> lock(mutex_);
       in_core_.emplace(token, route);
+      if (observed != nullptr) observed_.emplace(token, std::move(observed));
     }
     refs_.fetch_add(1, std::memory_order_relaxed);  // released with the sink
     inference->sink = std::shared_ptr<CompletionSink>(
@@ -302,7 +326,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
       {
         std::lock_guard<std::mutex> lock(mutex_);
         in_core_.erase(token);
+        observed = take_observation_locked(token);
       }
+      finish_observation(*transport_->observations, std::move(observed), status, nullptr, 0);
       count_failure(*route, status, id);
       return answer_error(to_grpc_status(status), id, /*ends_request=*/true);
     }
@@ -454,6 +480,15 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
+  // The observation of a request the core holds, taken out (null when unobserved). mutex_ held.
+  std::unique_ptr<ObservedRequest> take_observation_locked(uint64_t token) {
+    const auto found = observed_.find(token);
+    if (found == observed_.end()) return nullptr;
+    std::unique_ptr<ObservedRequest> observed = std::move(found->second);
+    observed_.erase(found);
+    return observed;
+  }
+
   grpc::GenericCallbackServerContext* const context_;
   const std::shared_ptr<TransportContext> transport_;
   bool end_on_error_ = false;
@@ -472,6 +507,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   PendingWrites writes_;                            // answers waiting to be sent; front() in flight
   std::set<uint64_t> overflowed_;                   // decoupled requests failed for a response that did not fit
   std::map<uint64_t, std::shared_ptr<const ModelRoute>> in_core_;  // token -> where it waits
+  std::map<uint64_t, std::unique_ptr<ObservedRequest>> observed_;  // token -> its record, if Python observes it
   std::map<std::shared_ptr<BackendCall>, std::string> forwarded_;
 };
 

@@ -1056,49 +1056,94 @@ TEST_F(GrpcServerTest, ForwardInferenceSendsRoutedRequestsToTheBackend) {
   EXPECT_EQ(log_.executions(), 1);
 }
 
-// A request the snapshot's tracing samples goes to Python marked kTraceSampledKey; the others stay
-// in the core; a caller cannot mark its own.
-TEST_F(GrpcServerTest, TracedRequestsGoToTheBackendMarkedAndTheOthersStayInTheCore) {
-  BackendReply reply;
-  reply.body = "traced by python";
-  backend_->set_reply(method("ModelInfer"), reply);
+// The value of `key` in an observation's metadata, or "<absent>".
+std::string observed_value(const ObservedRequest& observed, const std::string& key) {
+  for (const auto& [k, v] : observed.metadata) {
+    if (k == key) return v;
+  }
+  return "<absent>";
+}
+
+// A request the snapshot's tracing samples runs in the core like any other, and its record, with
+// the caller's metadata, goes to Python's observation queue once it is answered; the others leave
+// no record; a caller cannot mark its own request sampled.
+TEST_F(GrpcServerTest, TracedRequestsRunInTheCoreAndAreReportedToPython) {
   publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 0.0}; });
   const std::string sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
   const std::string not_sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
   const std::string request = infer_request("add_one", "t1", rows_from(1, 1), 1);
+  ObservationQueue& observations = *server_->observations();
 
-  ClientResult r = unary(method("ModelInfer"), request, {{"traceparent", sampled}});
+  ClientResult r = unary(method("ModelInfer"), request, {{"traceparent", sampled}, {"x-caller", "me"}});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-  EXPECT_EQ(r.body, "traced by python");
-  ASSERT_EQ(backend_->call_count(), 1u);
-  EXPECT_EQ(backend_->calls()[0].metadata_value("inferd-trace-sampled"), "1");
-  EXPECT_EQ(backend_->calls()[0].metadata_value("traceparent"), sampled);
+  expect_add_one_answer(r.body, "t1", rows_from(1, 1), 1);
+  EXPECT_EQ(backend_->call_count(), 0u);
+  std::vector<ObservedRequest> records = observations.drain();  // pushed before the answer
+  ASSERT_EQ(records.size(), 1u);
+  const ObservedRequest& traced = records[0];
+  EXPECT_EQ(traced.model, "add_one");
+  EXPECT_EQ(traced.version, "1");
+  EXPECT_EQ(traced.id, "t1");
+  EXPECT_TRUE(traced.sampled);
+  EXPECT_FALSE(traced.streamed);
+  EXPECT_TRUE(traced.status.ok());
+  EXPECT_EQ(traced.responses, 1u);
+  EXPECT_EQ(observed_value(traced, "traceparent"), sampled);
+  EXPECT_EQ(observed_value(traced, "x-caller"), "me");
+  EXPECT_LE(traced.received, traced.timing.enqueued);
+  EXPECT_LE(traced.timing.compute_start, traced.timing.compute_end);
+  EXPECT_LE(traced.timing.compute_end, traced.answered);
+  EXPECT_EQ(traced.timing.batch_requests, 1u);
 
-  // Not sampled by the caller, or no traceparent at ratio 0, or a caller's own mark: the core's.
+  // Not sampled by the caller, or no traceparent at ratio 0, or a caller's own mark: no record.
   for (const Metadata& metadata : std::vector<Metadata>{
            {{"traceparent", not_sampled}}, {}, {{"inferd-trace-sampled", "1"}, {"traceparent", not_sampled}}}) {
     r = unary(method("ModelInfer"), request, metadata);
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     expect_add_one_answer(r.body, "t1", rows_from(1, 1), 1);
   }
-  EXPECT_EQ(backend_->call_count(), 1u);
-  EXPECT_EQ(log_.executions(), 3);
+  EXPECT_TRUE(observations.drain().empty());
+  EXPECT_EQ(backend_->call_count(), 0u);
+  EXPECT_EQ(log_.executions(), 4);
+
+  // A sampled request the core refuses is reported with its status, and never ran.
+  r = unary(method("ModelInfer"), infer_request("add_one", "t3", rows_from(1, 1), 2), {{"traceparent", sampled}});
+  ASSERT_FALSE(r.status.ok());
+  records = observations.drain();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].status.code, StatusCode::kInvalidArgument);
+  EXPECT_EQ(records[0].responses, 0u);
+  EXPECT_EQ(records[0].timing.compute_start, Clock::time_point{});
+
+  // Every request observed (verbose logs): recorded, unsampled.
+  publish([](ServingSnapshot& s) { s.observe_inference = true; });
+  r = unary(method("ModelInfer"), request);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  records = observations.drain();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_FALSE(records[0].sampled);
 
   // A caller's mark never reaches Python either (here an unknown model, forwarded untraced).
+  publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 0.0}; });
+  BackendReply reply;
+  reply.body = "answered by python";
   backend_->set_reply(method("ModelInfer"), reply);
   r = unary(method("ModelInfer"), infer_request("nope", "t2", rows_from(1, 1), 1),
             {{"inferd-trace-sampled", "1"}, {"traceparent", not_sampled}});
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(backend_->call_count(), 1u);
+  EXPECT_EQ(backend_->calls()[0].metadata_value("inferd-trace-sampled"), "<absent>");
+  // And a sampled one for a model without a route goes there marked (Python answers and traces it).
+  r = unary(method("ModelInfer"), infer_request("nope", "t2", rows_from(1, 1), 1), {{"traceparent", sampled}});
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_EQ(backend_->call_count(), 2u);
-  EXPECT_EQ(backend_->calls()[1].metadata_value("inferd-trace-sampled"), "<absent>");
+  EXPECT_EQ(backend_->calls()[1].metadata_value("inferd-trace-sampled"), "1");
 }
 
-TEST_F(GrpcServerTest, StreamRequestsAreSampledOneByOne) {
-  BackendReply reply;
-  reply.body = ld(1, "add_one") + ld(3, "s1");
-  backend_->set_reply(method("ModelInfer"), reply);
+TEST_F(GrpcServerTest, StreamRequestsAreSampledAndReportedOneByOne) {
   // Ratio 1 at the root: with no traceparent every request of the stream is traced.
   publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 1.0}; });
+  ObservationQueue& observations = *server_->observations();
   {
     StreamClient stream(stub_.get(), method("ModelStreamInfer"));
     for (int i = 0; i < 3; ++i) stream.write(infer_request("add_one", "s1", rows_from(1, 1), 1));
@@ -1107,18 +1152,22 @@ TEST_F(GrpcServerTest, StreamRequestsAreSampledOneByOne) {
       ASSERT_TRUE(stream.read(&bytes));
       StreamAnswer answer;
       ASSERT_TRUE(parse_stream_answer(bytes, &answer));
-      EXPECT_EQ(answer.infer_bytes, reply.body);
+      expect_add_one_answer(answer.infer_bytes, "s1", rows_from(1, 1), 1);
     }
     stream.writes_done();
     EXPECT_TRUE(stream.finish().ok());
   }
-  const auto calls = backend_->calls();
-  ASSERT_EQ(calls.size(), 3u);
-  for (const auto& call : calls) {
-    EXPECT_EQ(call.method, method("ModelInfer"));
-    EXPECT_EQ(call.metadata_value("inferd-trace-sampled"), "1");
+  EXPECT_EQ(backend_->call_count(), 0u);
+  const std::vector<ObservedRequest> records = observations.drain();
+  ASSERT_EQ(records.size(), 3u);
+  for (const ObservedRequest& record : records) {
+    EXPECT_TRUE(record.sampled);
+    EXPECT_TRUE(record.streamed);
+    EXPECT_EQ(record.id, "s1");
+    EXPECT_EQ(record.responses, 1u);
+    EXPECT_TRUE(record.status.ok());
   }
-  // The caller's unsampled parent keeps them all in the core.
+  // The caller's unsampled parent leaves no record.
   {
     StreamClient stream(stub_.get(), method("ModelStreamInfer"),
                         {{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}});
@@ -1131,8 +1180,8 @@ TEST_F(GrpcServerTest, StreamRequestsAreSampledOneByOne) {
     stream.writes_done();
     EXPECT_TRUE(stream.finish().ok());
   }
-  EXPECT_EQ(backend_->call_count(), 3u);
-  EXPECT_EQ(log_.executions(), 1);
+  EXPECT_TRUE(observations.drain().empty());
+  EXPECT_EQ(backend_->call_count(), 0u);
 }
 
 // --- 4. calls answered from the snapshot ---------------------------------------------------------

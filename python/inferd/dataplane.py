@@ -1,8 +1,8 @@
 """The data plane: what the Python side's callers of inference use (the requests the core's
-transport forwards to be observed or answered in the registry's words, and python models' BLS
-calls). Finds the model version a request goes to, unless the transport already chose it, and
-hands the request to the core, which checks it, runs it and writes its answer. Knows nothing of
-gRPC."""
+transport forwards, to be answered in the registry's words or traced by a sampler of Python's own,
+and python models' BLS calls). Finds the model version a request goes to, unless the transport
+already chose it, and hands the request to the core, which checks it, runs it and writes its
+answer. Knows nothing of gRPC."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class DataPlane:
         once the version is known (when nothing observes the request); ``shared_memory``: the
         regions the request's tensors may name (None: naming one is refused);
         ``routed_version``: the version the core's transport routed the request to, when it did
-        (it forwards requests that Python observes): it runs there, without a second choice."""
+        (and forwarded it): it runs there, without a second choice."""
         if routed_version is not None:
             model = self._registry.get(request.model_name, routed_version)
         else:

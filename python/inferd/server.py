@@ -51,6 +51,7 @@ from inferd.transport.core_server import (
     BackendSocket,
     CoreGrpcServer,
     MalformedRequestsAreInvalid,
+    ObservationReader,
     PublicUnixSocket,
     ServingPublisher,
 )
@@ -84,6 +85,7 @@ class InferenceServer:
     telemetry: Telemetry
     metrics_port: int | None = None
     unix_socket: PublicUnixSocket | None = None
+    observations: ObservationReader | None = None
     _poller: asyncio.Task[None] | None = None
     _open_files: asyncio.Task[None] | None = None
 
@@ -147,6 +149,8 @@ class InferenceServer:
         # the loop keeps answering them while the core's shutdown waits on another thread.
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.transport.shutdown, grace)
+        if self.observations is not None:
+            self.observations.close()  # the last calls' records, before the exporter stops
         await self.backend.stop(None)
         self.backend_socket.remove()
         if self.unix_socket is not None:
@@ -376,4 +380,5 @@ async def create_server(
         telemetry,
         metrics_port,
         listeners.unix_socket,
+        ObservationReader(listeners.transport, telemetry, asyncio.get_running_loop()),
     )

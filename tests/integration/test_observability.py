@@ -159,6 +159,43 @@ def test_each_request_continues_the_callers_trace_and_its_batch_links_it(
     assert max(batch_sizes) > 1, f"8 concurrent requests, 20 ms delay, batches {batch_sizes}"
 
 
+def test_a_decoupled_models_streamed_request_is_traced_with_its_responses(
+    traced_server: ServerProcess, receiver: OtlpTraceReceiver
+) -> None:
+    # The core runs it (a decoupled request never goes to Python) and reports it once ended: its
+    # span continues the caller's trace and counts the responses the client read.
+    header, trace_id, span_id = traceparent()
+    answers: list[Any] = []
+
+    def received(result: Any, error: Any) -> None:
+        answers.append(error if error is not None else result)
+
+    prompt = grpcclient.InferInput("PROMPT", [1], "BYTES")
+    prompt.set_data_from_numpy(np.array([b"one two three four"], dtype=np.object_))
+    count = grpcclient.InferInput("MAX_TOKENS", [1], "INT32")
+    count.set_data_from_numpy(np.array([3], dtype=np.int32))
+    with grpcclient.InferenceServerClient(traced_server.url) as client:
+        client.start_stream(callback=received, headers={"traceparent": header})
+        client.async_stream_infer("generate", [prompt, count], request_id="g1")
+        client.stop_stream()  # returns once the server ended the stream: every answer is in
+    assert answers and not any(isinstance(a, InferenceServerException) for a in answers), answers
+    deadline = time.monotonic() + 20
+    while True:
+        spans = [
+            s for s in receiver.spans() if s.name == "ModelInfer" and s.trace_id.hex() == trace_id
+        ]
+        if spans or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    [span] = spans
+    assert span.parent_span_id.hex() == span_id
+    found = attributes(span)
+    assert found["inferd.model"] == "generate" and found["inferd.model_version"] == "1"
+    assert found["inferd.responses"] == len(answers)
+    names = {s.name for s in receiver.spans() if s.parent_span_id == span.span_id}
+    assert names == {"queue", "compute"}
+
+
 def test_a_request_without_traceparent_starts_a_new_trace(
     traced_server: ServerProcess, receiver: OtlpTraceReceiver
 ) -> None:

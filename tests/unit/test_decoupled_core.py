@@ -230,6 +230,35 @@ def test_decoupled_requests_stay_in_the_core_when_python_would_observe_them(
     assert answers == expected(3, final_flag=True)
 
 
+def test_a_traced_decoupled_request_is_run_in_the_core_and_reported_with_its_answers(
+    served: Served,
+) -> None:
+    # Sampled for tracing, with nothing behind the backend address: the requests run in the core,
+    # and each one's record (for Python's span) comes once it has ended, with its answers counted.
+    served.server.publish(
+        True, True, True, False, _core.TraceSampling(True, False, 1.0), served.routes
+    )
+    assert served.server.observations.drain() == []
+    answers = stream(served.url, [3, 4], final_flag=True)
+    for n in (3, 4):
+        assert of_request(answers, n) == expected(n, final_flag=True), n
+    records = {r.id: r for r in served.server.observations.drain()}
+    assert set(records) == {"r3", "r4"}
+    for n, record in ((3, records["r3"]), (4, records["r4"])):
+        assert (record.model, record.version, record.sampled, record.streamed) == (
+            "counter",
+            "1",
+            True,
+            True,
+        )
+        assert record.code == _core.StatusCode.OK
+        # n responses, then the last one (n odd) or the empty final response (n even).
+        assert record.responses == n + 1
+        assert record.received <= record.timing.enqueued <= record.timing.compute_end
+        assert record.timing.compute_end <= record.answered
+    assert served.server.observations.dropped() == 0
+
+
 @pytest.mark.parametrize("served", [1], indirect=True)
 def test_streamed_responses_do_not_count_as_answered_requests(served: Served) -> None:
     # One request read and not finally answered at a time: the stream reads the next request only

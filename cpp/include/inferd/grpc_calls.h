@@ -20,6 +20,7 @@
 #include "inferd/grpc_status.h"
 #include "inferd/infer_request_parser.h"
 #include "inferd/inference_request.h"
+#include "inferd/request_observation.h"
 #include "inferd/request_token.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/shared_memory.h"
@@ -46,6 +47,8 @@ struct TransportContext {
   bool shared_memory_on_tcp = false;
   // The connections the core accepted itself (ConnectionListener).
   const std::shared_ptr<ConnectionDirectory> connections = std::make_shared<ConnectionDirectory>();
+  // Inferences the core ran while Python observes them, for Python to trace and log.
+  const std::shared_ptr<ObservationQueue> observations = std::make_shared<ObservationQueue>();
 
   // Whether the call came over a Unix socket, and the peer's credentials there (the kernel's,
   // SO_PEERCRED; nullopt on TCP or when unknown).
@@ -85,9 +88,20 @@ inline constexpr std::string_view kPeerCredentialsKey = "inferd-peer-credentials
 // again, so a weighted choice is drawn once. A caller's own is dropped.
 inline constexpr std::string_view kRoutedVersionKey = "inferd-routed-version";
 
-// Whether an inference request of this call goes to Python instead of the core: every request
-// does while the snapshot says so, and one the snapshot's tracing samples (then `*sampled`).
-bool sent_to_python(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context, bool* sampled);
+// Whether the snapshot's tracing samples this call's inference (by its traceparent).
+bool sampled_for_tracing(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context);
+
+// The observation of an inference of this call that the core runs while Python observes it
+// (sampled, or the snapshot observes every inference), begun when the request was received; null
+// when nobody observes it. Copies the caller's metadata (not the transport's own headers).
+std::unique_ptr<ObservedRequest> begin_observation(const ServingSnapshot& snapshot, const ModelRoute& route,
+                                                   const grpc::ServerContextBase& context, std::string_view request_id,
+                                                   bool sampled, Clock::time_point received);
+// Sends an observation to Python with how its request was answered: `status`, the core's `timing`
+// (moved from; null: it never reached a scheduler) and `answers` more answers sent. A status
+// already set on the observation (a failure seen earlier) is kept. No-op for null. Never blocks.
+void finish_observation(ObservationQueue& queue, std::unique_ptr<ObservedRequest> observed, const Status& status,
+                        RequestTiming* timing, uint32_t answers);
 
 // Counts a request the transport answers with an error against its model version; an INTERNAL
 // one also gets its one log record at error level (model, version, request id, the caller's trace
@@ -127,7 +141,7 @@ grpc::ServerGenericBidiReactor* create_snapshot_call(grpc::GenericCallbackServer
 // --- shared by the reactors -----------------------------------------------------------------
 
 // Defined in grpc_messages.cpp (the messages), grpc_transport_context.cpp (TransportContext's
-// questions, the deadlines, record_failure) and grpc_metadata.cpp (the metadata, sent_to_python).
+// questions, the deadlines, record_failure) and grpc_metadata.cpp (the metadata, sampling, observations).
 // The status table (to_grpc_status, shown_message, over_budget) is grpc_status.h.
 
 // A received message as one contiguous view, and what keeps it alive (a reference to grpc's own

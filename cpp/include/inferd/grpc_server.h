@@ -11,6 +11,7 @@
 
 #include "inferd/connection_listener.h"
 #include "inferd/grpc_access.h"
+#include "inferd/request_observation.h"
 #include "inferd/serving_snapshot.h"
 #include "inferd/shared_memory.h"
 #include "inferd/status.h"
@@ -111,6 +112,8 @@ class GrpcServer {
   const std::vector<int>& ports() const { return ports_; }
   ServingState& state();
   FailureCounts& failures();
+  // The inferences the core ran while Python observes them (see ServingSnapshot::tracing).
+  std::shared_ptr<ObservationQueue> observations() const;
 
   // Stops accepting calls, lets the ones in flight finish for `grace_s` seconds, cancels the rest
   // and waits for them and for their calls to the backend. Blocks; idempotent.

@@ -44,11 +44,14 @@ struct ServingSnapshot {
   bool live = true;
   bool ready = false;      // ServerReady
   bool accepting = false;  // ModelReady of a routed version; false before start and in shutdown
-  // Every inference goes through Python: it logs each request (verbose), or traces by a rule the
-  // core cannot apply (a sampler other than OpenTelemetry's built-in ones).
+  // Every inference goes through Python: it traces by a rule the core cannot apply (a sampler
+  // other than OpenTelemetry's built-in ones).
   bool forward_inference = false;
-  // Otherwise the requests this rule traces go through Python, which builds their spans.
+  // Otherwise the core runs every inference it has a route for, and reports to Python
+  // (TransportContext::observations) each one this rule samples, which Python builds the span
+  // of, and every one while `observe_inference` (verbose logs: a line per request).
   TraceSampling tracing;
+  bool observe_inference = false;
   // model name -> version as a request gives it ("" = the highest ready version) -> route.
   using Versions = std::map<std::string, std::shared_ptr<const ModelRoute>, std::less<>>;
   std::map<std::string, Versions, std::less<>> models;

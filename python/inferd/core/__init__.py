@@ -19,6 +19,8 @@ from inferd.core.executor import (
 )
 from inferd.core.native import (
     GrpcServer,
+    ObservationQueue,
+    ObservedRequest,
     SharedMemoryRegistry,
     StatusCode,
     TraceSampling,
@@ -61,6 +63,8 @@ __all__ = [
     "GrpcServer",
     "HostBufferPool",
     "ModelScheduler",
+    "ObservationQueue",
+    "ObservedRequest",
     "Padding",
     "QueuePolicy",
     "RequestAnsweringExecutor",

@@ -1,11 +1,14 @@
-"""The core's objects that Python uses as they are, with nothing to add: the gRPC server and its
-trace sampling, the shared-memory registry, the weighted version choice, the core's logging
-switches, and the transport's status rules (the one table from the core's status codes to gRPC's,
-and the cut of a status message) that Python's gRPC handlers answer by too. Re-exported here so
-that ``inferd.core`` stays the only importer of ``inferd._core``."""
+"""The core's objects that Python uses as they are, with nothing to add: the gRPC server, its
+trace sampling and the records of the inferences it ran while Python observes them, the
+shared-memory registry, the weighted version choice, the core's logging switches, and the
+transport's status rules (the one table from the core's status codes to gRPC's, and the cut of a
+status message) that Python's gRPC handlers answer by too. Re-exported here so that
+``inferd.core`` stays the only importer of ``inferd._core``."""
 
 from inferd._core import (
     GrpcServer,
+    ObservationQueue,
+    ObservedRequest,
     SharedMemoryRegistry,
     StatusCode,
     TraceSampling,
@@ -18,6 +21,8 @@ from inferd._core import (
 
 __all__ = [
     "GrpcServer",
+    "ObservationQueue",
+    "ObservedRequest",
     "SharedMemoryRegistry",
     "StatusCode",
     "TraceSampling",

@@ -1,9 +1,11 @@
 """What the data path reports about each request: its span (continuing the caller's trace), its
-failure, and its log line when verbose. When tracing or verbose logging is on, the transport opens
-a ``RequestTelemetry`` per request and the data plane tells it which model version ran the request
-and how the core timed it; otherwise a request costs no telemetry object at all, and only a
-failure is reported (``Telemetry.failed``). Counts and latencies are the core's, read at scrape
-time (``inferd.observability.metrics``).
+failure, and its log line when verbose. The core runs the inferences it has a route for, observed
+or not, and reports each one the tracing rule samples (or every one, with verbose logs) once it is
+answered: ``Telemetry.observed`` builds its span and line from the record. For a request that
+reaches Python (no route in the core, or a sampler the core cannot apply) the servicer opens a
+``RequestTelemetry`` and the data plane tells it which model version ran the request and how the
+core timed it; otherwise only a failure is reported (``Telemetry.failed``). Counts and latencies
+are the core's, read at scrape time (``inferd.observability.metrics``).
 
 Spans: ``ModelInfer`` (server span, parent from the caller's ``traceparent``/``tracestate``) with
 children ``queue`` and ``compute``, timed by the core (which also parses the request and writes
@@ -29,7 +31,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from inferd.core import CoreTiming
+from inferd.core import CoreTiming, ObservedRequest
+from inferd.core import StatusCode as CoreStatusCode
 from inferd.errors import ErrorCode, InferdError
 from inferd.observability.logging import (
     REQUEST_METADATA,
@@ -183,6 +186,58 @@ class Telemetry:
         model and version as the request named them."""
         if _error_code(error) is ErrorCode.INTERNAL:
             log_internal_failure(model, version, request_id, metadata, error)
+
+    def observed(self, record: ObservedRequest) -> None:
+        """An inference the core ran and answered while Python observed it: its span, from the
+        core's times, when the core sampled it, and its log line with verbose logs. Its failure is
+        the core's to count and log (the transport's failure counts, its INTERNAL record)."""
+        code = None if record.code == CoreStatusCode.OK else ErrorCode(int(record.code))
+        span = self._observed_span(record, code)
+        if self.log_control.verbose > 0:
+            # The line carries the request's trace: its span's, else its caller's traceparent.
+            token = REQUEST_METADATA.set(record.metadata)
+            try:
+                with trace.use_span(span or trace.INVALID_SPAN, end_on_exit=False):
+                    log.info(
+                        "inference",
+                        model=record.model,
+                        version=record.version,
+                        outcome="OK" if code is None else code.name,
+                        duration_us=round((record.answered - record.received) / 1000, 1),
+                        batch_size=record.timing.batch_rows or None,
+                    )
+            finally:
+                REQUEST_METADATA.reset(token)
+
+    def _observed_span(self, record: ObservedRequest, code: ErrorCode | None) -> trace.Span | None:
+        """The span of an observed inference the core sampled, with its children, ended; None
+        when tracing is off or the core did not sample it."""
+        tracer = self.tracer
+        if tracer is None or not record.sampled:
+            return None
+        parent = _PROPAGATOR.extract(dict(record.metadata))
+        attributes: dict[str, Any] = {
+            "rpc.system": "grpc",
+            "inferd.model": record.model,
+            "inferd.model_version": record.version,
+            TRACE_SAMPLED_ATTRIBUTE: True,  # the core sampled it
+        }
+        if record.streamed:
+            attributes["inferd.responses"] = record.responses
+        span = tracer.start_span(
+            "ModelInfer",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            start_time=CoreTiming.wall_ns(record.received),
+        )
+        if code is None:
+            assert self.batches is not None
+            _trace_computed(tracer, self.batches, span, record.model, record.version, record.timing)
+        else:
+            span.set_status(Status(StatusCode.ERROR, f"{code.name}: {record.message}"))
+        span.end(end_time=CoreTiming.wall_ns(record.answered))
+        return span
 
     def close(self) -> None:
         """Exports the spans still buffered and stops the exporter and the metrics endpoint."""

@@ -5,11 +5,14 @@ ModelInfer and ModelStreamInfer itself, and answers ServerLive/Ready, ModelReady
 ModelConfig from a snapshot of the Python side's state. Every other call, and every call the
 snapshot does not cover, goes unparsed to inferd's Python gRPC service (``servicer.py``) on a
 private Unix socket, the backend. ``ServingPublisher`` keeps the snapshot equal to what the Python
-service would answer: it is rebuilt with the service's own code on every change.
+service would answer: it is rebuilt with the service's own code on every change. The inferences
+the core runs while Python observes them (sampled for tracing, verbose logs) come back as records,
+which ``ObservationReader`` hands the telemetry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import grp
 import inspect
@@ -22,16 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import structlog
 from google.protobuf.message import DecodeError
 
 import inferd._proto.grpc_service_pb2 as pb
-from inferd.core import GrpcServer, SharedMemoryRegistry, TraceSampling
+from inferd.core import GrpcServer, ObservationQueue, SharedMemoryRegistry, TraceSampling
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import SamplingRule
 from inferd.transport import codec
 from inferd.transport.servicer import ServerState
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -277,16 +283,25 @@ class CoreGrpcServer:
         tracing: SamplingRule | None,
         routes: list[tuple[Any, ...]],
         weights: list[tuple[str, list[tuple[str, int]]]],
+        observe_inference: bool = False,
     ) -> None:
         """``forward_inference``: every inference goes to Python; ``tracing`` (None: off): the
-        inferences it samples do; ``weights``: (model, [(version, weight)]) routing the
-        inferences that name no version of that model."""
+        inferences it samples are reported on ``observations``, and every one with
+        ``observe_inference``; ``weights``: (model, [(version, weight)]) routing the inferences
+        that name no version of that model."""
         sampling = (
             TraceSampling(True, tracing.parent_based, tracing.ratio)
             if tracing is not None
             else TraceSampling()
         )
-        self._server.publish(live, ready, accepting, forward_inference, sampling, routes, weights)
+        self._server.publish(
+            live, ready, accepting, forward_inference, sampling, routes, weights, observe_inference
+        )
+
+    @property
+    def observations(self) -> ObservationQueue:
+        """The inferences the core ran while Python observes them."""
+        return self._server.observations
 
     def failures(self) -> Iterator[tuple[str, str, ErrorCode, int]]:
         """Inference requests the core's transport failed, by model version and error code."""
@@ -344,10 +359,38 @@ class ServingPublisher:
             live=self._state.live,
             ready=self._state.accepting and self._dataplane.server_ready(),
             accepting=self._state.accepting,
-            # Python sees every inference while it logs each, or traces by a rule the core lacks.
-            forward_inference=self._telemetry.log_control.verbose > 0
-            or (self._telemetry.tracer is not None and self._telemetry.sampling is None),
+            # Python sees every inference only while it traces by a rule the core lacks; otherwise
+            # the core reports the ones it samples, and every one while Python logs each.
+            forward_inference=self._telemetry.tracer is not None
+            and self._telemetry.sampling is None,
             tracing=self._telemetry.sampling,
             routes=routes,
             weights=weights,
+            observe_inference=self._telemetry.log_control.verbose > 0,
         )
+
+
+class ObservationReader:
+    """Hands the telemetry each inference the core ran while Python observes it, on the event
+    loop's thread, woken by the queue's eventfd: a burst of records costs one wake-up. The core
+    never waits on it (a full queue drops records and counts them)."""
+
+    def __init__(
+        self, server: CoreGrpcServer, telemetry: Telemetry, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._queue = server.observations
+        self._telemetry = telemetry
+        self._loop = loop
+        loop.add_reader(self._queue.fileno(), self.drain)
+
+    def drain(self) -> None:
+        for record in self._queue.drain():
+            try:
+                self._telemetry.observed(record)
+            except Exception:  # a span or line lost must not stop the others
+                log.exception("cannot report an observed inference", model=record.model)
+
+    def close(self) -> None:
+        """After the core's server has shut down: reports the last records, stops reading."""
+        self._loop.remove_reader(self._queue.fileno())
+        self.drain()

@@ -1,9 +1,9 @@
 """``inference.GRPCInferenceService`` in Python: a handler decodes, calls the data plane, encodes.
 
 Clients reach it through the core's gRPC server (``core_server.py``), which forwards here every call
-it does not answer itself: the control plane, and inference that Python observes (tracing, verbose
-logs) or whose model the core has no route for (so that the answer is this service's, in its
-words). It serves on a private Unix socket only."""
+it does not answer itself: the control plane, and inference whose model the core has no route for
+(so that the answer is this service's, in its words) or that a sampler the core cannot apply
+traces. It serves on a private Unix socket only."""
 
 from __future__ import annotations
 
@@ -132,9 +132,9 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
     @answers_errors
     async def ModelInfer(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Bytes in, bytes out: the core parses the request and writes the answer. The core's
-        server sends here what it does not run itself, each request of a stream included:
-        observed requests (a span, a failure count, a log line when tracing or verbose logging
-        asks for it) and those naming a model version it has no route for."""
+        server sends here what it does not run itself, each request of a stream included: those
+        naming a model version it has no route for, and every one while Python traces by a
+        sampler the core cannot apply (a span, a failure count, a log line)."""
         parsed = self._dataplane.parse(request)
         deadline_s = context.time_remaining()
         telemetry = self._telemetry
