@@ -77,12 +77,18 @@ class InferCall final : public UnaryCall, public CompletionSink {
     }
     route_ = route;
     observation_ = begin_observation(*snapshot, *route, *context_, parsed.id, sampled, received_at);
-    const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
+    run_in_core(parsed, received);
+  }
+
+  // Builds the request against route_'s signature and hands it to its scheduler; every outcome
+  // but the core's answer is answered here.
+  void run_in_core(const ParsedInferRequest& parsed, const ReceivedMessage& received) {
+    const std::shared_ptr<RequestScheduler> scheduler = route_->scheduler.lock();  // the snapshot owns it
     auto request = std::make_unique<InferenceRequest>();
     request->token = transport_->next_token();
     request->deadline = core_deadline(*context_);
-    status = build_inference_request(route->signature, parsed, received.owner, request.get(),
-                                     transport_->shared_memory_for(*context_, parsed));
+    Status status = build_inference_request(route_->signature, parsed, received.owner, request.get(),
+                                            transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
       report(status, nullptr);
       count_failure(status, parsed.id);

@@ -295,14 +295,21 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     std::unique_ptr<ObservedRequest> observed =
         begin_observation(*snapshot, *route, *context_, parsed.id, sampled, received_at);
     if (observed != nullptr) observed->streamed = true;
+    run_in_core(parsed, received, route, wants_flag, std::move(reservation), std::move(observed));
+  }
 
+  // Builds one request of the stream against `route`'s signature and hands it to its scheduler;
+  // every outcome but the core's answer is answered here.
+  void run_in_core(const ParsedInferRequest& parsed, const ReceivedMessage& received,
+                   const std::shared_ptr<const ModelRoute>& route, bool wants_flag,
+                   std::shared_ptr<ByteReservation> reservation, std::unique_ptr<ObservedRequest> observed) {
     const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
     auto inference = std::make_unique<InferenceRequest>();
     inference->token = transport_->next_token();
     inference->stream = true;
     inference->deadline = core_deadline(*context_);
-    status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
-                                     transport_->shared_memory_for(*context_, parsed));
+    Status status = build_inference_request(route->signature, parsed, received.owner, inference.get(),
+                                            transport_->shared_memory_for(*context_, parsed));
     if (!status.ok()) {
       finish_observation(*transport_->observations, std::move(observed), status, nullptr, 0);
       count_failure(*route, status, parsed.id);
