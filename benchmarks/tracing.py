@@ -37,6 +37,11 @@ CONFIGS = {
 }
 
 
+def _slug(name: str) -> str:
+    """A configuration's name in its log files and on the command line: off, on, on-1pct."""
+    return name.split(",")[0] + ("-1pct" if "1%" in name else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -48,7 +53,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval-ms", type=int, default=4000, help="perf_analyzer window")
     parser.add_argument("--out", type=Path, help="default benchmarks/out/tracing-<timestamp>/")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=[_slug(name) for name in CONFIGS],
+        help="the configurations to measure, by their log names (default: all)",
+    )
     args = parser.parse_args()
+    configs = {
+        name: otel
+        for name, otel in CONFIGS.items()
+        if args.configs is None or _slug(name) in args.configs
+    }
 
     python = str(Path(args.python).absolute()) if "/" in args.python else args.python
     started = datetime.now()
@@ -60,18 +76,18 @@ def main() -> int:
     machine = harness.machine_info(python)
     print(f"machine: {harness.describe_machine(machine)}\nout: {out}", flush=True)
     receiver = OtlpTraceReceiver()
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     try:
         with tempfile.TemporaryDirectory(prefix="inferd-tracing-") as tmp:
             repository = Path(tmp) / "repository-batching"
             harness.batching_repository(args.repository.resolve(), repository, [args.model], None)
             command = harness.inferd_command(python, repository, ["--metrics-port", "0"])
             for round_ in range(args.rounds):
-                for name, otel in CONFIGS.items():
+                for name, otel in configs.items():
                     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
                     if otel:
                         env |= otel | {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
-                    slug = name.split(",")[0] + ("-1pct" if "1%" in name else "")
+                    slug = _slug(name)
                     log = out / f"server-{slug}-{round_}.log"
                     spans_before = len(receiver.spans())
                     server = harness.start_server(command, log, env=env)
@@ -114,7 +130,7 @@ def main() -> int:
 
     off = median("off", "infer_per_s")
     rows = []
-    for name in CONFIGS:
+    for name in configs:
         throughput = median(name, "infer_per_s")
         rows.append(
             {

@@ -380,5 +380,5 @@ async def create_server(
         telemetry,
         metrics_port,
         listeners.unix_socket,
-        ObservationReader(listeners.transport, telemetry, asyncio.get_running_loop()),
+        ObservationReader(listeners.transport.observations, telemetry, asyncio.get_running_loop()),
     )

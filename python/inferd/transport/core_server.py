@@ -19,6 +19,7 @@ import inspect
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -376,11 +377,20 @@ class ObservationReader:
     never waits on it (a full queue drops records and counts them)."""
 
     def __init__(
-        self, server: CoreGrpcServer, telemetry: Telemetry, loop: asyncio.AbstractEventLoop
+        self,
+        queue: ObservationQueue,
+        telemetry: Telemetry,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        drops_every_s: float = 10.0,
     ) -> None:
-        self._queue = server.observations
+        self._queue = queue
         self._telemetry = telemetry
         self._loop = loop
+        # Drops are told at most once per drops_every_s, with the count since the last telling.
+        self._drops_every_s = drops_every_s
+        self._dropped = 0
+        self._told_at = float("-inf")
         loop.add_reader(self._queue.fileno(), self.drain)
 
     def drain(self) -> None:
@@ -389,6 +399,16 @@ class ObservationReader:
                 self._telemetry.observed(record)
             except Exception:  # a span or line lost must not stop the others
                 log.exception("cannot report an observed inference", model=record.model)
+        dropped = self._queue.dropped()
+        now = time.monotonic()
+        if dropped > self._dropped and now - self._told_at >= self._drops_every_s:
+            log.warning(
+                "observed inferences dropped: their spans and log lines were lost, Python could "
+                "not keep up with the core",
+                dropped=dropped - self._dropped,
+                dropped_since_start=dropped,
+            )
+            self._dropped, self._told_at = dropped, now
 
     def close(self) -> None:
         """After the core's server has shut down: reports the last records, stops reading."""
