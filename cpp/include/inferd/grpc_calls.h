@@ -48,7 +48,7 @@ struct TransportContext {
   // The connections the core accepted itself (ConnectionListener).
   const std::shared_ptr<ConnectionDirectory> connections = std::make_shared<ConnectionDirectory>();
   // Inferences the core ran while Python observes them, for Python to trace and log.
-  const std::shared_ptr<ObservationQueue> observations = std::make_shared<ObservationQueue>();
+  const std::shared_ptr<ObservationQueue> observations = std::make_shared<ObservationQueue>(kObservationQueueCapacity);
 
   // Whether the call came over a Unix socket, and the peer's credentials there (the kernel's,
   // SO_PEERCRED; nullopt on TCP or when unknown).
@@ -177,6 +177,11 @@ struct BackendCall {
 };
 // Copies the caller's metadata (not the transport's own headers, nor kTraceSampledKey) and deadline.
 void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientContext* to);
+// An inference forwarded to the backend: the caller's metadata and deadline, and the transport's
+// marks on it - kTraceSampledKey when it sampled it, kRoutedVersionKey with `route`'s version (null:
+// no route), kSharedMemoryAllowedKey when the call may name regions.
+void copy_inference_metadata(const grpc::ServerContextBase& from, const TransportContext& transport,
+                             const ModelRoute* route, bool sampled, grpc::ClientContext* to);
 void copy_trailing_metadata(const grpc::ClientContext& from, grpc::ServerContextBase* to);
 
 }  // namespace inferd

@@ -6,12 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "inferd/inference_request.h"
+#include "inferd/signalled_queue.h"
 #include "inferd/status.h"
 
 namespace inferd {
@@ -30,33 +30,10 @@ struct ObservedRequest {
   uint32_t responses = 0;  // answers sent for it (a decoupled request's may be many)
 };
 
-// A bounded queue of observed requests with an eventfd that Python's event loop waits on.
-// Observation must never slow or fail the request it observes: push() never blocks past its
-// lock, and past `capacity` waiting records it drops the new one and counts it.
-// Thread-safe. Lock rule: mutex_ guards items_ and dropped_; nothing else is called under it but
-// the eventfd's write.
-class ObservationQueue {
- public:
-  explicit ObservationQueue(size_t capacity = 8192);  // throws std::system_error without an eventfd
-  ~ObservationQueue();                                // closes the fd; undrained records are dropped
-  ObservationQueue(const ObservationQueue&) = delete;
-  ObservationQueue& operator=(const ObservationQueue&) = delete;
-
-  // Takes `observed`; false when the queue was full and it was dropped. Never blocks.
-  bool push(ObservedRequest&& observed);
-  // Resets the eventfd and returns every waiting record, oldest first. Never blocks.
-  std::vector<ObservedRequest> drain();
-  // Records dropped because the queue was full, since the start.
-  uint64_t dropped() const;
-  // Readable while records wait. Owned by this object.
-  int fd() const { return fd_; }
-
- private:
-  const size_t capacity_;
-  int fd_ = -1;
-  mutable std::mutex mutex_;
-  std::vector<ObservedRequest> items_;  // guarded by mutex_
-  uint64_t dropped_ = 0;                // guarded by mutex_
-};
+// The observed requests waiting for Python, bounded: observation must never slow or fail the
+// request it observes, so past kObservationQueueCapacity waiting records a new one is dropped and
+// counted (SignalledQueue::dropped).
+using ObservationQueue = SignalledQueue<ObservedRequest>;
+inline constexpr size_t kObservationQueueCapacity = 8192;
 
 }  // namespace inferd
