@@ -31,6 +31,14 @@ void copy_client_metadata(const grpc::ServerContextBase& from, grpc::ClientConte
   to->set_deadline(from.deadline());
 }
 
+void copy_inference_metadata(const grpc::ServerContextBase& from, const TransportContext& transport,
+                             const ModelRoute* route, bool sampled, grpc::ClientContext* to) {
+  copy_client_metadata(from, to);
+  if (sampled) to->AddMetadata(std::string(kTraceSampledKey), "1");
+  if (route != nullptr) to->AddMetadata(std::string(kRoutedVersionKey), route->version);
+  if (transport.shared_memory_for(from) != nullptr) to->AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
+}
+
 bool sampled_for_tracing(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context) {
   if (!snapshot.tracing.enabled) return false;
   std::string_view traceparent;

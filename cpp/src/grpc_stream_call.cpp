@@ -355,12 +355,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
   void forward(const grpc::ByteBuffer& request, std::string id, const ModelRoute* route, bool sampled, bool wants_flag,
                std::shared_ptr<ByteReservation> reservation) {
     auto call = std::make_shared<BackendCall>();
-    copy_client_metadata(*context_, &call->context);
-    if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
-    if (route != nullptr) call->context.AddMetadata(std::string(kRoutedVersionKey), route->version);
-    if (transport_->shared_memory_for(*context_) != nullptr) {
-      call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
-    }
+    copy_inference_metadata(*context_, *transport_, route, sampled, &call->context);
     call->request = request;
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -92,12 +92,7 @@ class UnaryCall : public grpc::ServerGenericBidiReactor {
   // sampled for tracing.
   void forward(const ModelRoute* route = nullptr, bool sampled = false) {
     auto call = std::make_shared<BackendCall>();
-    copy_client_metadata(*context_, &call->context);
-    if (sampled) call->context.AddMetadata(std::string(kTraceSampledKey), "1");
-    if (route != nullptr) call->context.AddMetadata(std::string(kRoutedVersionKey), route->version);
-    if (transport_->shared_memory_for(*context_) != nullptr) {
-      call->context.AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
-    }
+    copy_inference_metadata(*context_, *transport_, route, sampled, &call->context);
     call->request = request_;  // shares the slices
     {
       std::lock_guard<std::mutex> lock(mutex_);
