@@ -32,20 +32,27 @@ dynamic_batching { }
 """
 
 
-def write_slow_model(
-    model_dir: Path, config: str, size: int = SLOW_SIZE, length: str | int = 1
+def _write_products_model(
+    model_dir: Path,
+    config: str,
+    name: str,
+    size: int,
+    length: str | int,
+    first: list[onnx.NodeProto],
+    initializers: list[onnx.TensorProto],
 ) -> None:
-    """INPUT0 FP32 [batch, length] -> OUTPUT0 = INPUT0, after work that scales with the rows
-    (SLOW_PRODUCTS products of size x size matrices built from each row's mean)."""
+    """INPUT0 FP32 [batch, length] -> OUTPUT0 = INPUT0, after SLOW_PRODUCTS products
+    p(k+1) = p(k) @ a / N of size x size matrices a built from each row's mean (x3, [batch, 1, 1]);
+    `first` makes p0 from x3 and `initializers` are its own."""
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     nodes = [
         helper.make_node("ReduceMean", ["INPUT0"], ["row_mean"], axes=[1], keepdims=1),
-        helper.make_node("Reshape", ["row_mean", "shape3"], ["x3"]),
+        helper.make_node("Reshape", ["row_mean", "shape3"], ["x3"]),  # [batch, 1, 1]
         helper.make_node("Expand", ["x3", "square"], ["a"]),  # [batch, N, N]
-        helper.make_node("Identity", ["a"], ["p0"]),
+        *first,
         *(
             node
-            for k in range(SLOW_PRODUCTS)  # p(k+1) = p(k) @ a / N: bounded values
+            for k in range(SLOW_PRODUCTS)  # bounded values
             for node in (
                 helper.make_node("MatMul", [f"p{k}", "a"], [f"q{k}"]),
                 helper.make_node("Mul", [f"q{k}", "inverse_n"], [f"p{k + 1}"]),
@@ -58,7 +65,7 @@ def write_slow_model(
         helper.make_node("Mul", ["m2", "zero"], ["z"]),
         helper.make_node("Add", ["INPUT0", "z"], ["OUTPUT0"]),
     ]
-    initializers = [
+    shared = [
         helper.make_tensor("shape3", TensorProto.INT64, [3], [-1, 1, 1]),
         helper.make_tensor("square", TensorProto.INT64, [3], [1, size, size]),
         helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
@@ -67,15 +74,24 @@ def write_slow_model(
     ]
     graph = helper.make_graph(
         nodes,
-        "slow",
+        name,
         [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", length])],
         [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", length])],
-        initializers,
+        shared + initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, model_dir / "1" / "model.onnx")
     (model_dir / "config.pbtxt").write_text(config)
+
+
+def write_slow_model(
+    model_dir: Path, config: str, size: int = SLOW_SIZE, length: str | int = 1
+) -> None:
+    """INPUT0 FP32 [batch, length] -> OUTPUT0 = INPUT0, after work that scales with the rows
+    (SLOW_PRODUCTS products of size x size matrices built from each row's mean)."""
+    first = [helper.make_node("Identity", ["a"], ["p0"])]
+    _write_products_model(model_dir, config, "slow", size, length, first, [])
 
 
 # The length of a busy request's row for a long-row model: 0.5-1 s of compute at size 1024 on one
@@ -89,50 +105,17 @@ def write_long_row_model(model_dir: Path, config: str, size: int = 1024) -> None
     length: each row, repeated to [length, size], is multiplied SLOW_PRODUCTS times by a
     size x size matrix built from its mean. A row of length 1 costs about a thousandth of one of
     length 1024."""
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    nodes = [
-        helper.make_node("ReduceMean", ["INPUT0"], ["row_mean"], axes=[1], keepdims=1),
-        helper.make_node("Reshape", ["row_mean", "shape3"], ["x3"]),  # [batch, 1, 1]
+    first = [
         helper.make_node("Shape", ["INPUT0"], ["input_shape"]),
         helper.make_node("Gather", ["input_shape", "axis1"], ["length"]),  # [1]
         helper.make_node("Concat", ["one", "length", "width"], ["long_shape"], axis=0),
         helper.make_node("Expand", ["x3", "long_shape"], ["p0"]),  # [batch, length, N]
-        helper.make_node("Expand", ["x3", "square"], ["a"]),  # [batch, N, N]
-        *(
-            node
-            for k in range(SLOW_PRODUCTS)  # p(k+1) = p(k) @ a / N: bounded values
-            for node in (
-                helper.make_node("MatMul", [f"p{k}", "a"], [f"q{k}"]),
-                helper.make_node("Mul", [f"q{k}", "inverse_n"], [f"p{k + 1}"]),
-            )
-        ),
-        helper.make_node(
-            "ReduceMean", [f"p{SLOW_PRODUCTS}"], ["m"], axes=[1, 2], keepdims=0
-        ),  # [batch]
-        helper.make_node("Unsqueeze", ["m", "axis1"], ["m2"]),  # [batch, 1]
-        helper.make_node("Mul", ["m2", "zero"], ["z"]),
-        helper.make_node("Add", ["INPUT0", "z"], ["OUTPUT0"]),
     ]
     initializers = [
-        helper.make_tensor("shape3", TensorProto.INT64, [3], [-1, 1, 1]),
-        helper.make_tensor("square", TensorProto.INT64, [3], [1, size, size]),
         helper.make_tensor("one", TensorProto.INT64, [1], [1]),
         helper.make_tensor("width", TensorProto.INT64, [1], [size]),
-        helper.make_tensor("axis1", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-        helper.make_tensor("inverse_n", TensorProto.FLOAT, [], [1.0 / size]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "long_row",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", "length"])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", "length"])],
-        initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, model_dir / "1" / "model.onnx")
-    (model_dir / "config.pbtxt").write_text(config)
+    _write_products_model(model_dir, config, "long_row", size, "length", first, initializers)
 
 
 def occupy(

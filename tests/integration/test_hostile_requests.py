@@ -47,6 +47,7 @@ from tests.integration.hostile_server import (
     tag,
     varint,
 )
+from tests.unit.test_wire import ONE_VALUE  # a value of each typed-contents field's type
 
 Request = service_pb2.ModelInferRequest
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -239,20 +240,9 @@ def _id_echoed(request_id: str) -> tuple[Callable[[], bytes], Callable[[bytes], 
     return build, answer
 
 
-# A value of each typed-contents field's type.
-VALUE_OF_FIELD: dict[str, object] = {
-    "bool_contents": True,
-    "int_contents": 1,
-    "int64_contents": 1,
-    "uint_contents": 1,
-    "uint64_contents": 1,
-    "fp32_contents": 1.0,
-    "fp64_contents": 1.0,
-    "bytes_contents": b"x",
-}
 # The typed-contents field of each datatype that has one, with a value of its type.
 TYPED_FIELDS: dict[str, tuple[str, object]] = {
-    name: (d.contents_field, VALUE_OF_FIELD[d.contents_field])
+    name: (d.contents_field, ONE_VALUE[d.contents_field])
     for name, d in DATATYPES.items()
     if d.contents_field is not None
 }
