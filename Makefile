@@ -9,8 +9,10 @@ CPP_BUILD ?= build/cpp
 JOBS ?= $(shell nproc)
 # Debian packages the build and tests need: a C++ toolchain, CMake, GoogleTest, grpc++ and
 # pkg-config (the core's gRPC transport), openssl (the TLS tests make their certificates), and
-# libb64 for Triton's perf_analyzer (benchmarks).
-APT_PACKAGES := g++ cmake make pkg-config libgtest-dev libgrpc++-dev openssl libb64-0d
+# libb64 for Triton's perf_analyzer (benchmarks); for the HTTP transport Boost (Beast and Asio),
+# RapidJSON, protobuf's C++ library and compiler, OpenSSL's and zlib's headers, and curl (its tests).
+APT_PACKAGES := g++ cmake make pkg-config libgtest-dev libgrpc++-dev openssl libb64-0d \
+	libboost1.81-dev rapidjson-dev libprotobuf-dev protobuf-compiler libssl-dev zlib1g-dev curl
 
 .PHONY: help setup system-deps build examples serve test test-cpp test-python test-sanitize test-asan-python lint bench gpu-carry gpu-check clean fuzz fuzz-ci fuzz-build fuzz-deps fuzz-live
 
