@@ -99,9 +99,6 @@ class InferenceServer:
         await self.health.update()
         self.health.start()
         self._open_files = asyncio.create_task(OpenFilesWatch().run())
-        loaded = sorted({m.name for m in self.registry.loaded()})
-        # Only models a load was tried for: in explicit mode the rest were never asked for.
-        tried = set(self.registry.known_models())
         log.info(
             "server started",
             listeners=self.listeners(),
@@ -110,16 +107,21 @@ class InferenceServer:
             tracing=self.telemetry.tracer is not None,
             ready=self.registry.server_ready(),
             models=len(self.registry.loaded()),
-            models_loaded=loaded,
-            models_failed=sorted(
-                {
-                    s.name
-                    for s in self.registry.index()
-                    if s.state is ModelState.UNAVAILABLE
-                    and s.name in tried
-                    and s.name not in loaded
-                }
-            ),
+            models_loaded=sorted({m.name for m in self.registry.loaded()}),
+            models_failed=self.failed_models(),
+        )
+
+    def failed_models(self) -> list[str]:
+        """The models whose load was tried and failed, no version of them serving (sorted)."""
+        loaded = {m.name for m in self.registry.loaded()}
+        # Only models a load was tried for: in explicit mode the rest were never asked for.
+        tried = set(self.registry.known_models())
+        return sorted(
+            {
+                s.name
+                for s in self.registry.index()
+                if s.state is ModelState.UNAVAILABLE and s.name in tried and s.name not in loaded
+            }
         )
 
     def listeners(self) -> list[str]:
