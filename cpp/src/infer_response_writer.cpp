@@ -1,5 +1,6 @@
 #include "inferd/infer_response_writer.h"
 
+#include "answer_outputs.h"
 #include "inferd/shared_memory.h"
 #include "inferd/wire_format.h"
 
@@ -98,53 +99,22 @@ InferResponseWriter InferResponseWriter::empty_response(const InferenceRequest& 
 InferResponseWriter::InferResponseWriter(const InferenceRequest& request, const std::vector<Tensor>& outputs,
                                          bool stream, std::optional<bool> final_response)
     : request_(request), model_(*request.signature), stream_(stream), final_response_(final_response) {
-  const bool batched = model_.max_batch_size > 0;
-  auto fail = [&](StatusCode code, std::string message) {
-    if (status_.ok()) status_ = Status::Error(code, std::move(message));
-  };
-  auto add = [&](uint32_t index) {
-    if (index >= outputs.size() || index >= model_.outputs.size()) {
-      fail(StatusCode::kInternal, "model '" + model_.name + "' gave fewer outputs than its signature lists");
-      return;
-    }
-    const OutputSignature& spec = model_.outputs[index];
-    const Tensor& tensor = outputs[index];
-    Output out{&spec, &tensor, tensor.shape, 0, 0, nullptr, 0};
-    if (spec.has_reshape && !reshape_dims(tensor.shape, spec.dims, batched, &out.shape)) {
-      fail(StatusCode::kInternal,
-           "output '" + spec.name + "' of model '" + model_.name + "' cannot be shown in its dims (reshape)");
-    }
-    for (const SharedMemoryOutput& target : request.shared_memory_outputs) {
-      if (target.output != index || !status_.ok()) continue;
-      out.shared_memory = &target;
-      for (const ParameterEntry& entry : shared_memory_parameters(target)) {
+  std::vector<AnswerOutput> answers;
+  status_ = answer_outputs(request, outputs, &answers);
+  outputs_.reserve(answers.size());
+  for (AnswerOutput& answer : answers) {
+    Output out{answer.spec, answer.tensor, std::move(answer.shape), 0, 0, answer.shared_memory, 0};
+    if (out.shared_memory != nullptr) {
+      for (const ParameterEntry& entry : shared_memory_parameters(*out.shared_memory)) {
         out.parameters_bytes += length_delimited_size(output_field::kParameters, entry.entry_size());
       }
-      if (tensor.byte_size > target.slice.size) {
-        // Triton's words; INVALID_ARGUMENT where Triton says INTERNAL: the client sized the slice.
-        fail(StatusCode::kInvalidArgument, "shared memory size specified with the request for output '" + spec.name +
-                                               "' (" + std::to_string(target.slice.size) +
-                                               " bytes) should be at least " + std::to_string(tensor.byte_size) +
-                                               " bytes to hold the results");
-        break;
-      }
-      std::string error;
-      if (!copy_to_slice(target.slice, tensor.data, tensor.byte_size, &error)) {
-        fail(StatusCode::kInvalidArgument, "output '" + spec.name + "': " + error);
-      }
-      break;
     }
     for (int64_t d : out.shape) out.shape_bytes += varint_size(static_cast<uint64_t>(d));
-    out.message_bytes = string_field_size(output_field::kName, spec.name) +
-                        string_field_size(output_field::kDatatype, datatype_name(spec.dtype)) +
+    out.message_bytes = string_field_size(output_field::kName, out.spec->name) +
+                        string_field_size(output_field::kDatatype, datatype_name(out.spec->dtype)) +
                         (out.shape.empty() ? 0 : length_delimited_size(output_field::kShape, out.shape_bytes)) +
                         out.parameters_bytes;
     outputs_.push_back(std::move(out));
-  };
-  if (request.requested_outputs.empty()) {
-    for (uint32_t i = 0; i < model_.outputs.size() && i < outputs.size(); ++i) add(i);
-  } else {
-    for (uint32_t i : request.requested_outputs) add(i);
   }
   size_message();
 }
