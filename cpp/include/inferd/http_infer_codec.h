@@ -34,7 +34,8 @@ struct HttpDecodeLimits {
 // default, and a requested output's own `binary_data` parameter overrides it.
 struct HttpAnswerFormat {
   bool binary_by_default = false;
-  std::map<std::string, bool, std::less<>> binary;  // output name -> binary_data, where given
+  std::map<std::string, bool, std::less<>> by_output;  // output name -> binary_data, where given
+  // Whether `output` is answered binary. Thread-safe (reads only).
   bool binary(std::string_view output) const;
 };
 
@@ -57,10 +58,16 @@ struct HttpInferRequest {
 // Decodes the body of `POST v2/models/{model}[/versions/{version}]/infer`: `json_length` is
 // Inference-Header-Content-Length (nullopt: the whole body is JSON); the bytes after it are the
 // binary section, which inputs with `binary_data_size` take in order. Checks what HTTP alone says:
-// well-formed JSON within the depth, the fields' types, `data` nested as `shape` says with as
-// many elements as it gives (counted before the raw buffer is sized), each value within its
-// datatype (FP16 and BF16 only as binary), binary sizes that add up to the section exactly.
-// INVALID_ARGUMENT with a message naming the field or tensor otherwise. Thread-safe; never blocks.
+// well-formed UTF-8 JSON within the depth, the fields' types, each input setting exactly one of
+// `data`, `binary_data_size` and `shared_memory_region` (Triton's rule), `data` flat or nested as
+// `shape` says with as many elements as it gives (counted before the raw buffer is sized), each
+// value within its datatype (FP16 and BF16 only as binary), binary sizes that add up to the
+// section exactly, ParseLimits' counts. A `json_length` of 0 (Triton's raw binary request: the
+// body is the one input) is refused: it needs the model's signature. Everything the model decides
+// (names, datatypes against the model, shapes, batch size, reserved parameters) is left to
+// build_inference_request, as for gRPC. On success `*out` is set, null `body` reads as empty; on
+// failure `*out` is untouched. INVALID_ARGUMENT with a message naming the field or tensor
+// otherwise. Thread-safe; never blocks.
 Status decode_http_infer_request(std::string model_name, std::string model_version, std::shared_ptr<std::string> body,
                                  std::optional<size_t> json_length, const HttpDecodeLimits& limits,
                                  std::shared_ptr<HttpInferRequest>* out);
@@ -73,10 +80,15 @@ Status decode_http_infer_request(std::string model_name, std::string model_versi
 // Inference-Header-Content-Length when a binary section follows). Outputs in shared memory are
 // written into their slices first, as InferResponseWriter does, and carry their shared-memory
 // parameters instead of data. Requested outputs only, once each, in the request's order; the
-// protocol's dims where the config reshapes. `final_response`: the `triton_final_response`
-// parameter (a decoupled model's streamed answers). Errors as InferResponseWriter::status, and
-// INVALID_ARGUMENT for a BYTES output asked for as JSON whose elements are not UTF-8 text.
-// Thread-safe for distinct requests; never blocks.
+// protocol's dims where the config reshapes (answer_outputs, shared with InferResponseWriter).
+// `final_response`: the `triton_final_response` parameter (a decoupled model's streamed answers).
+// JSON data: FP32 and FP64 shortest round-trip (NaN and infinities as NaN, Infinity, -Infinity,
+// which Python's json and tritonclient read), integers exact, BOOL true/false, BYTES as strings.
+// Errors as InferResponseWriter::status; INVALID_ARGUMENT for a BYTES output asked for as JSON
+// whose elements are not UTF-8 text, and for FP16 or BF16 asked for as JSON (Triton refuses them
+// too: "sending FP16 data via JSON is not supported"); INTERNAL for an output whose bytes do not
+// hold its shape. `*out` is replaced on success only. Thread-safe for distinct requests; never
+// blocks.
 Status encode_http_infer_response(const InferenceRequest& request, const std::vector<Tensor>& outputs,
                                   const HttpAnswerFormat& format, std::string* out, size_t* json_length,
                                   std::optional<bool> final_response = std::nullopt);
