@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import difflib
 import importlib.util
 import os
 import signal
@@ -27,6 +28,8 @@ from inferd.errors import InferdError
 from inferd.observability.logging import LogControl, configure_logging
 from inferd.observability.open_files import raise_open_file_limit
 from inferd.settings import SECTIONS, ServerSettings, section_fields, setting_fields
+from inferd.triton_flags import BY_NAME as TRITON_FLAGS
+from inferd.triton_flags import TritonFlagError, translate
 
 log = structlog.get_logger(__name__)
 
@@ -74,12 +77,20 @@ def _unix_socket_path(text: str) -> str:
     return text
 
 
+def _flag(name: str) -> str:
+    """A setting's flag: ``grpc_port`` is ``--grpc-port``."""
+    return "--" + name.replace("_", "-")
+
+
 # Settings whose flags take something other than their field's type says.
 _CONVERTERS: dict[str, Any] = {
     "grpc_port": _port,
+    "http_port": _port,
     "metrics_port": _port,
     "grpc_unix_socket": _unix_socket_path,
+    "http_unix_socket": _unix_socket_path,
     "grpc_unix_socket_mode": _octal_mode,
+    "http_unix_socket_mode": _octal_mode,
     "model_repository": Path,
 }
 
@@ -111,7 +122,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_setting_flag(parser: argparse._ArgumentGroup, f: dataclasses.Field[object]) -> None:
     """One setting's flag; its default is its INFERD_* variable's value, else the field's."""
-    flag = "--" + f.name.replace("_", "-")
+    flag = _flag(f.name)
     env = "INFERD_" + f.name.upper()
     if f.type == "bool":
         parser.add_argument(
@@ -163,12 +174,39 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(**values)
 
 
+# Limits that must be positive: 0 would refuse every connection or request.
+_POSITIVE = (
+    "http_header_timeout_secs",
+    "http_idle_timeout_secs",
+    "http_max_connections",
+    "http_max_header_bytes",
+    "http_max_body_bytes",
+    "http_max_decompressed_bytes",
+    "http_max_json_depth",
+    "http_max_chunks",
+)
+
+
 def _check_startup(settings: ServerSettings) -> None:
     """What can be checked before anything starts. Raises StartupError."""
     if not settings.model_repository.is_dir():
         raise StartupError(f"--model-repository {settings.model_repository}: no such directory")
-    if settings.grpc_port < 0 and not settings.grpc_unix_socket:
-        raise StartupError("--grpc-port off needs --grpc-unix-socket: there would be no listener")
+    # --allow-grpc=false / --allow-http=false win over their protocol's listener flags, as
+    # Triton's do.
+    grpc = settings.allow_grpc and (settings.grpc_port >= 0 or bool(settings.grpc_unix_socket))
+    http = settings.allow_http and (settings.http_port >= 0 or bool(settings.http_unix_socket))
+    if not grpc and not http:
+        raise StartupError(
+            "there would be no listener: gRPC and HTTP are each turned off (--allow-grpc, "
+            "--allow-http) or have neither a port (--grpc-port, --http-port) nor a Unix socket "
+            "(--grpc-unix-socket, --http-unix-socket)"
+        )
+    for name in _POSITIVE:
+        value = getattr(settings, name)
+        if value <= 0:
+            raise StartupError(f"{_flag(name)} must be positive, not {value}")
+    if (threads := settings.http_thread_count) < 0:
+        raise StartupError(f"--http-thread-count must be 0 (one per core) or more, not {threads}")
     try:
         runtime = importlib.util.find_spec("onnxruntime")
     except ValueError:  # imported before and removed
@@ -254,6 +292,13 @@ async def _serve(settings: ServerSettings, log_control: LogControl) -> None:
     except (OSError, ValueError, InferdError) as e:  # a port in use, an unreadable file, ...
         raise StartupError(str(e)) from None
     try:
+        failed = server.failed_models()
+        if failed and settings.exit_on_error and not shutdown.requested.is_set():
+            # Each failure's reason is in the log already, from its load.
+            raise StartupError(
+                f"models failed to load at start: {', '.join(failed)} (see the log; "
+                "--exit-on-error=false serves the others, not ready)"
+            )
         if not shutdown.requested.is_set():
             await server.start()
             await shutdown.requested.wait()
@@ -361,7 +406,8 @@ Triton protocol (no HTTP/REST yet): tritonclient and perf_analyzer work unchange
 _SERVE_DESCRIPTION = """\
 Serve a model repository (the Triton layout) over gRPC. Every flag is also read from the
 environment as INFERD_<NAME> (--grpc-port: INFERD_GRPC_PORT); the flag wins. The flags are grouped
-as docs/settings.md describes them."""
+as docs/settings.md describes them. Triton's flags (--model-store, --allow-metrics, ...) are
+taken too: docs/coming-from-triton.md says what inferd does with each."""
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -391,13 +437,43 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     return parser, {"serve": serve, "health": health, "make-examples": examples}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """What argparse left over, each flag with the closest one the command (or Triton) has."""
+    flags = [token.partition("=")[0] for token in unknown if token.startswith("-")]
+    if not flags:
+        return f"unrecognized arguments: {' '.join(unknown)}"
+    known = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    if parser.prog.endswith(" serve"):
+        known += list(TRITON_FLAGS)
+    said = []
+    for flag in flags:
+        close = difflib.get_close_matches(flag, known, n=1)
+        said.append(f"unrecognized flag {flag}" + (f": did you mean {close[0]}?" if close else ""))
+    return "; ".join(said)
+
+
+def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, str]]]:
+    """The command line parsed, ``serve``'s Triton flags turned into inferd's first; and the
+    Triton flags dropped, each with why. A mistake, a refused flag included, exits 2 with one
+    line (argparse's way)."""
     parser, commands = _parser()
+    ignored: list[tuple[str, str]] = []
+    if argv[:1] == ["serve"]:
+        try:
+            translated = translate(argv[1:])
+        except TritonFlagError as e:
+            commands["serve"].error(str(e))
+        argv, ignored = ["serve", *translated.args], translated.ignored
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         # argparse reports them as the top parser's (``inferd: error``); the mistake is in the
         # command's flags, and its --help lists them.
-        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        commands[args.command].error(_unrecognized(unknown, commands[args.command]))
+    return args, ignored
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, ignored = _arguments(sys.argv[1:] if argv is None else list(argv))
 
     if args.command == "make-examples":
         from inferd.examples import make_examples
@@ -414,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
         log_control = configure_logging(
             settings.log_format, settings.log_level, settings.log_verbose
         )
+        for flag, why in ignored:
+            log.info("Triton flag ignored", flag=flag, why=why)
         raise_open_file_limit()
         asyncio.run(_serve(settings, log_control))
     except StartupError as e:

@@ -30,8 +30,21 @@ class ServerSettings:
     model_repository: Path = field(
         default=Path("models"), metadata=_help(MODELS, "Folder of models in the Triton layout.")
     )
+    exit_on_error: bool = field(
+        default=True,
+        metadata=_help(
+            MODELS,
+            "A model that fails to load at start stops the server (exit status 2), as Triton; "
+            "false: the server runs on without it, not ready while --strict-readiness holds.",
+        ),
+    )
     host: str = field(
-        default="0.0.0.0", metadata=_help(LISTENERS, "Address the gRPC server binds to.")
+        default="0.0.0.0",
+        metadata=_help(
+            LISTENERS,
+            "Address the gRPC port binds to, and the HTTP and metrics ports unless --http-host "
+            "says otherwise.",
+        ),
     )
     grpc_port: int = field(
         default=8001,
@@ -59,6 +72,55 @@ class ServerSettings:
             LISTENERS,
             "Group (name or gid) of --grpc-unix-socket's file, for clients running as another "
             "user; empty = the server's group.",
+        ),
+    )
+    allow_grpc: bool = field(
+        default=True,
+        metadata=_help(
+            LISTENERS,
+            "Serve gRPC (Triton's --allow-grpc); false: no gRPC listener at all, TCP or Unix "
+            "socket, whatever --grpc-port and --grpc-unix-socket say.",
+        ),
+    )
+    http_port: int = field(
+        default=8000,
+        metadata=_help(
+            LISTENERS,
+            "HTTP/REST TCP port (0 picks a free one; -1 or off = no HTTP TCP listener).",
+        ),
+    )
+    http_host: str = field(
+        default="",
+        metadata=_help(LISTENERS, "Address the HTTP port binds to; empty = the same as --host."),
+    )
+    http_unix_socket: str = field(
+        default="",
+        metadata=_help(
+            LISTENERS,
+            "Also serve HTTP on this Unix socket (PATH or unix:PATH, for sidecars); empty = none.",
+        ),
+    )
+    http_unix_socket_mode: str = field(
+        default="0660",
+        metadata=_help(
+            LISTENERS,
+            "Octal permissions of --http-unix-socket's file (connecting needs write permission).",
+        ),
+    )
+    http_unix_socket_group: str = field(
+        default="",
+        metadata=_help(
+            LISTENERS,
+            "Group (name or gid) of --http-unix-socket's file, for clients running as another "
+            "user; empty = the server's group.",
+        ),
+    )
+    allow_http: bool = field(
+        default=True,
+        metadata=_help(
+            LISTENERS,
+            "Serve HTTP/REST (Triton's --allow-http); false: no HTTP listener at all, TCP or "
+            "Unix socket, whatever --http-port and --http-unix-socket say.",
         ),
     )
     grpc_max_message_bytes: int = field(
@@ -123,6 +185,64 @@ class ServerSettings:
             "Seconds a client connection may stay without a call before the server closes it, "
             "so idle clients cannot hold the file descriptors new ones need; 0 = never.",
         ),
+    )
+    http_thread_count: int = field(
+        default=0,
+        metadata=_help(
+            CONNECTIONS,
+            "Threads serving HTTP connections (Triton's --http-thread-count); 0 = one per core, "
+            "at most 8.",
+        ),
+    )
+    http_header_timeout_secs: float = field(
+        default=10.0,
+        metadata=_help(
+            CONNECTIONS,
+            "Seconds a request's headers may take to arrive; past it the connection is closed "
+            "(a slow-loris client cannot hold it).",
+        ),
+    )
+    http_idle_timeout_secs: float = field(
+        default=60.0,
+        metadata=_help(
+            CONNECTIONS,
+            "Seconds a keep-alive HTTP connection may stay without a request before the server "
+            "closes it.",
+        ),
+    )
+    http_max_connections: int = field(
+        default=1024,
+        metadata=_help(
+            CONNECTIONS,
+            "HTTP connections open at once, all clients together; one past it waits to be "
+            "accepted.",
+        ),
+    )
+    http_max_header_bytes: int = field(
+        default=65536,
+        metadata=_help(CONNECTIONS, "Bytes of one HTTP request's request line and headers."),
+    )
+    http_max_body_bytes: int = field(
+        default=2**31 - 1,
+        metadata=_help(
+            CONNECTIONS,
+            "Bytes of one HTTP request's body as received (before decompression); it also "
+            "counts against --max-inflight-bytes.",
+        ),
+    )
+    http_max_decompressed_bytes: int = field(
+        default=2**31 - 1,
+        metadata=_help(
+            CONNECTIONS, "Bytes a gzip or deflate HTTP body may inflate to (a zip bomb's bound)."
+        ),
+    )
+    http_max_json_depth: int = field(
+        default=64,
+        metadata=_help(CONNECTIONS, "Nesting depth of an HTTP request's JSON (objects, arrays)."),
+    )
+    http_max_chunks: int = field(
+        default=65536,
+        metadata=_help(CONNECTIONS, "Chunks of one chunked HTTP request body."),
     )
     grpc_use_ssl: bool = field(
         default=False,

@@ -1,17 +1,22 @@
 """Start-up mistakes (issue 14, item 7): each is one line on stderr naming what is wrong, exit
 status 2, no traceback; and a second server on a gRPC port already taken fails instead of
-sharing it (grpc sets SO_REUSEPORT unless told not to)."""
+sharing it (grpc sets SO_REUSEPORT unless told not to). A model failing at start stops the
+server unless --exit-on-error=false, and Triton's flags start it (issue 27, item 6)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 
+from inferd.examples import make_examples
 from tests.integration.conftest import ServerProcess, running_server
 
 # A server that fails at start does so within this; one that does not is killed and fails the test.
@@ -40,6 +45,8 @@ def _serve(*args: str, repository: Path, python_code: str = "") -> subprocess.Co
         "--grpc-port",
         "0",
         "--metrics-port",
+        "0",
+        "--http-port",
         "0",
         "--log-format",
         "json",
@@ -181,3 +188,71 @@ def test_second_server_on_a_taken_grpc_port_fails(tmp_path: Path, empty_reposito
 
 def _still_serving(server: ServerProcess) -> None:
     assert server.process.poll() is None, server.log()
+
+
+def _broken_repository(root: Path) -> Path:
+    """A repository of one good model (simple, from the examples) and one that cannot load."""
+    repository = root / "models"
+    make_examples(repository)
+    for name in list(repository.iterdir()):
+        if name.name != "simple":
+            shutil.rmtree(name)
+    (repository / "broken" / "1").mkdir(parents=True)
+    (repository / "broken" / "1" / "model.onnx").write_bytes(b"not an ONNX model")
+    return repository
+
+
+def test_a_model_failing_at_start_stops_the_server_by_default(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = _serve(repository=_broken_repository(tmp_path))
+    took_s = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (
+        "inferd serve: error: models failed to load at start: broken (see the log; "
+        "--exit-on-error=false serves the others, not ready)"
+    )
+    assert "Traceback" not in result.stderr
+    # The model's own error is logged first, naming why.
+    assert "not a readable ONNX model" in result.stderr
+    assert took_s < 30, f"took {took_s:.1f} s to exit"
+
+
+def test_exit_on_error_false_serves_the_others_not_ready(tmp_path: Path) -> None:
+    with (
+        running_server(
+            _broken_repository(tmp_path),
+            ["simple"],
+            tmp_path,
+            "--exit-on-error=false",
+            expected_errors=lambda record: record.get("model") == "broken",
+        ) as server,
+        grpcclient.InferenceServerClient(server.url) as client,
+    ):
+        started = next(r for r in server.records() if r.get("event") == "server started")
+        assert started["models_failed"] == ["broken"] and started["models_loaded"] == ["simple"]
+        assert client.is_model_ready("simple") and not client.is_server_ready()
+        _still_serving(server)
+
+
+def test_tritons_flags_start_the_server_and_the_ignored_ones_are_logged(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    names = make_examples(repository)
+    triton_flags = (
+        "--allow-grpc=true",
+        "--allow-http=true",
+        "--strict-model-config=false",
+        "--model-load-thread-count",
+        "4",
+        "--backend-directory=/opt/tritonserver/backends",
+    )
+    with running_server(repository, names, tmp_path, *triton_flags) as server:
+        ignored = [r for r in server.records() if r.get("event") == "Triton flag ignored"]
+        assert [r["flag"] for r in ignored] == [
+            "--strict-model-config=false",
+            "--model-load-thread-count 4",
+            "--backend-directory=/opt/tritonserver/backends",
+        ]
+        assert all(r["why"] for r in ignored)
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_ready()

@@ -27,6 +27,8 @@ _SCRIPT = textwrap.dedent(
             await asyncio.sleep(0.05)  # the signal is delivered meanwhile
         async def stop(self):
             Server.stopped = True
+        def failed_models(self):
+            return []
 
     async def create_server(settings, log_control=None, stopping=None):
         return Server()
@@ -60,8 +62,11 @@ def test_an_unknown_serve_flag_is_reported_by_serve_pointing_to_its_help(
 ) -> None:
     line = _error_line(["serve", "--grpc-prot", "9001"], capsys)
     assert line == (
-        "inferd serve: error: unrecognized arguments: --grpc-prot 9001 (see inferd serve --help)"
+        "inferd serve: error: unrecognized flag --grpc-prot: did you mean --grpc-port? "
+        "(see inferd serve --help)"
     )
+    line = _error_line(["serve", "9001"], capsys)  # no flag to match
+    assert line == "inferd serve: error: unrecognized arguments: 9001 (see inferd serve --help)"
 
 
 def test_a_bad_value_and_an_unknown_health_flag_point_to_their_command_help(
@@ -71,9 +76,9 @@ def test_a_bad_value_and_an_unknown_health_flag_point_to_their_command_help(
     assert line.startswith("inferd serve: error: argument --log-level: invalid choice: 'loud'")
     assert line.endswith("(see inferd serve --help)")
     line = _error_line(["health", "--adress", "x"], capsys)
-    assert (
-        line
-        == "inferd health: error: unrecognized arguments: --adress x (see inferd health --help)"
+    assert line == (
+        "inferd health: error: unrecognized flag --adress: did you mean --address? "
+        "(see inferd health --help)"
     )
 
 

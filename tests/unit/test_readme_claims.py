@@ -18,6 +18,7 @@ import pytest
 
 from inferd import cli
 from inferd.settings import SECTIONS, section_fields
+from inferd.triton_flags import BY_NAME as TRITON_FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -174,9 +175,11 @@ def test_serve_help_groups_its_flags_as_docs_settings_does() -> None:
 
 
 def test_every_flag_the_docs_mention_is_an_option_of_what_they_run() -> None:
-    # The prose names flags too (`--model-control-mode none`, `--log-verbose 1`, ...).
+    # The prose names flags too (`--model-control-mode none`, `--log-verbose 1`, ...), and
+    # docs/coming-from-triton.md tritonserver's, which `inferd serve` takes too.
     known = (
         serve_flags()
+        | set(TRITON_FLAGS)
         | command_flags("health")
         | command_flags()
         | perf_analyzer_flags()
