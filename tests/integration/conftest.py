@@ -192,6 +192,8 @@ def running_server(
         str(workdir / "inferd.sock"),
         "--metrics-port",
         "0",  # a free port: test servers run side by side
+        "--http-port",
+        "0",
         *(["--grpc-control-on-tcp"] if control_on_tcp else []),
         *extra_args,
     ]

@@ -234,7 +234,7 @@ def test_a_restricted_protocol_it_cannot_enforce_stops_the_server(
         [
             *(sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository)),
             *("--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1"),
-            f"--grpc-restricted-protocol={spec}",
+            *("--http-port", "0", f"--grpc-restricted-protocol={spec}"),
         ],
         capture_output=True,
         text=True,

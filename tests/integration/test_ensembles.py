@@ -61,7 +61,7 @@ def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     names = write_serving_repository(repository)
     write_ensemble(repository / "broken", BROKEN)
     with running_server(
-        repository, [*names, "broken"], root, expected_errors=caused_here
+        repository, [*names, "broken"], root, "--exit-on-error=false", expected_errors=caused_here
     ) as server:
         yield server
 
@@ -773,6 +773,7 @@ def test_an_ensemble_naming_a_model_the_repository_lacks_adds_no_such_model(
             repository,
             [*names, "orphan"],
             tmp_path,
+            "--exit-on-error=false",
             expected_errors=lambda record: record.get("model") == "orphan",
         ) as server,
         grpcclient.InferenceServerClient(server.url) as client,

@@ -50,6 +50,7 @@ def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         "explicit",
         "--load-model",
         ",".join(STARTUP_MODELS),
+        "--exit-on-error=false",
         expected_errors=is_expected_error,
     ) as server:
         yield server

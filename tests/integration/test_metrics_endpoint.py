@@ -108,6 +108,7 @@ async def test_a_model_that_fails_at_startup_is_counted(tmp_path: Path) -> None:
         host="127.0.0.1",
         grpc_port=0,
         metrics_port=0,
+        http_port=0,
         load_model="simple,broken",
         model_control_mode="explicit",
     )

@@ -86,7 +86,11 @@ def test_a_failed_model_holds_readiness_only_with_strict_readiness(tmp_path: Pat
     names = write_repository(tmp_path / "models", broken_config="")
     states = {"good": "READY", "broken": "UNAVAILABLE"}
     with running_server(
-        tmp_path / "models", names, workdir(tmp_path, "strict"), expected_errors=load_failed
+        tmp_path / "models",
+        names,
+        workdir(tmp_path, "strict"),
+        "--exit-on-error=false",
+        expected_errors=load_failed,
     ) as strict:
         assert readiness(strict.url) == (False, False, False, states)
     with running_server(
@@ -94,6 +98,7 @@ def test_a_failed_model_holds_readiness_only_with_strict_readiness(tmp_path: Pat
         names,
         workdir(tmp_path, "lenient"),
         "--strict-readiness=false",
+        "--exit-on-error=false",
         expected_errors=load_failed,
     ) as lenient:
         assert readiness(lenient.url) == (True, True, True, states)
@@ -103,7 +108,7 @@ def test_a_failed_model_holds_readiness_only_with_strict_readiness(tmp_path: Pat
 def test_a_failed_optional_model_does_not_hold_readiness(tmp_path: Path) -> None:
     names = write_repository(tmp_path / "models", broken_config=OPTIONAL)
     with running_server(
-        tmp_path / "models", names, tmp_path, expected_errors=load_failed
+        tmp_path / "models", names, tmp_path, "--exit-on-error=false", expected_errors=load_failed
     ) as server:
         states = {"good": "READY", "broken": "UNAVAILABLE"}
         assert readiness(server.url) == (True, True, True, states)

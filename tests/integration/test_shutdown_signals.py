@@ -56,7 +56,7 @@ def starting_server(
     command = [
         sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository),
         "--grpc-port", "0", "--host", "127.0.0.1", "--log-format", "json",
-        "--metrics-port", "-1", *flags,
+        "--metrics-port", "-1", "--http-port", "0", *flags,
     ]  # fmt: skip
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=log_file, env=env)

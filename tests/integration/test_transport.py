@@ -355,7 +355,8 @@ def serve_until_it_exits(repository: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [
             *(sys.executable, "-m", "inferd", "serve", "--model-repository", str(repository)),
-            *("--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1", *args),
+            *("--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1"),
+            *("--http-port", "0", *args),
         ],
         capture_output=True,
         text=True,

@@ -138,6 +138,8 @@ def test_socket_only_server_has_no_tcp_listener(
         str(path),
         "--metrics-port",
         "off",
+        "--http-port",
+        "off",
     ) as server:
         started = next(r for r in server.records() if r.get("event") == "server started")
         assert started["listeners"] == [f"unix:{path}"]

@@ -104,6 +104,7 @@ def _serve_and_infer(venv: Path, repository: Path, workdir: Path, env: dict[str,
     command = [
         str(venv / "bin" / "inferd"), "serve", "--model-repository", str(repository),
         "--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1", "--log-format", "json",
+        "--http-port", "0",
     ]  # fmt: skip
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=log, cwd=workdir, env=env)
