@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,13 +73,14 @@ std::shared_ptr<GrpcServer> make_server(
 void publish(GrpcServer& server, bool live, bool ready, bool accepting, bool forward_inference,
              const TraceSampling& tracing, const std::vector<py::tuple>& routes,
              const std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>& weights,
-             bool observe_inference) {
+             bool observe_inference, const std::map<std::string, TraceSampling>& model_tracing) {
   auto snapshot = std::make_shared<ServingSnapshot>();
   snapshot->live = live;
   snapshot->ready = ready;
   snapshot->accepting = accepting;
   snapshot->forward_inference = forward_inference;
   snapshot->tracing = tracing;
+  snapshot->model_tracing.insert(model_tracing.begin(), model_tracing.end());
   snapshot->observe_inference = observe_inference;
   for (const py::tuple& r : routes) {
     auto route = std::make_shared<ModelRoute>();
@@ -116,14 +118,21 @@ size_t choose_weighted(const std::vector<uint64_t>& weights, const std::optional
 }  // namespace
 
 void register_grpc_server(py::module_& m) {
+  py::class_<TraceBudget, std::shared_ptr<TraceBudget>>(
+      m, "TraceBudget", "How many more traces may be taken (Triton's trace_count), shared with the core.")
+      .def(py::init<int64_t>(), py::arg("traces"))
+      .def("take", &TraceBudget::take, "Takes one trace when any is left: True if it took one.")
+      .def_property_readonly("remaining", &TraceBudget::remaining, "Traces left (0 once spent).");
   py::class_<TraceSampling>(m, "TraceSampling")
-      .def(py::init([](bool enabled, bool parent_based, double ratio) {
-             return TraceSampling{enabled, parent_based, ratio};
+      .def(py::init([](bool enabled, bool parent_based, double ratio, std::shared_ptr<TraceBudget> budget) {
+             return TraceSampling{enabled, parent_based, ratio, std::move(budget)};
            }),
-           py::arg("enabled") = false, py::arg("parent_based") = false, py::arg("ratio") = 0.0)
+           py::arg("enabled") = false, py::arg("parent_based") = false, py::arg("ratio") = 0.0,
+           py::arg("budget") = nullptr)
       .def_readonly("enabled", &TraceSampling::enabled)
       .def_readonly("parent_based", &TraceSampling::parent_based)
       .def_readonly("ratio", &TraceSampling::ratio)
+      .def_readonly("budget", &TraceSampling::budget)
       .def("traced", &TraceSampling::traced, py::arg("traceparent"),
            "Whether the transport traces a request with this traceparent header ('' = none).");
   py::class_<GrpcServer, std::shared_ptr<GrpcServer>>(m, "GrpcServer")
@@ -148,9 +157,10 @@ void register_grpc_server(py::module_& m) {
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),
            py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},
-           py::arg("observe_inference") = false,
+           py::arg("observe_inference") = false, py::arg("model_tracing") = std::map<std::string, TraceSampling>{},
            "Replace the serving snapshot. forward_inference: every inference goes to the backend; tracing: those "
            "it samples are observed (run in the core, reported on observations); observe_inference: every one is. "
+           "model_tracing: {model name: TraceSampling} for the models whose trace settings override tracing. "
            "routes: (name, version as requested ('' = default), model, version, "
            "Scheduler or EnsembleScheduler, ModelSignature, serialized ModelMetadataResponse, serialized "
            "ModelConfigResponse); weights: "

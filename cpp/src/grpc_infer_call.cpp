@@ -70,7 +70,7 @@ class InferCall final : public UnaryCall, public CompletionSink {
       forward(route.get());  // Python samples and traces it by its own rule
       return;
     }
-    const bool sampled = sampled_for_tracing(*snapshot, *context_);
+    const bool sampled = sampled_for_tracing(*snapshot, parsed.model_name, *context_);
     if (route == nullptr) {
       forward(nullptr, sampled);  // Python answers in the registry's words (unknown, not ready)
       return;

@@ -39,14 +39,16 @@ void copy_inference_metadata(const grpc::ServerContextBase& from, const Transpor
   if (transport.shared_memory_for(from) != nullptr) to->AddMetadata(std::string(kSharedMemoryAllowedKey), "1");
 }
 
-bool sampled_for_tracing(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context) {
-  if (!snapshot.tracing.enabled) return false;
+bool sampled_for_tracing(const ServingSnapshot& snapshot, std::string_view model,
+                         const grpc::ServerContextBase& context) {
+  const TraceSampling& tracing = snapshot.tracing_for(model);
+  if (!tracing.enabled) return false;
   std::string_view traceparent;
   const auto& metadata = context.client_metadata();
   if (const auto found = metadata.find("traceparent"); found != metadata.end()) {
     traceparent = std::string_view(found->second.data(), found->second.size());
   }
-  return snapshot.tracing.traced(traceparent);
+  return tracing.traced(traceparent);
 }
 
 std::unique_ptr<ObservedRequest> begin_observation(const ServingSnapshot& snapshot, const ModelRoute& route,

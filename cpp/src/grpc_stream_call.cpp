@@ -288,7 +288,7 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     if (snapshot->forward_inference && !decoupled) {
       return forward(request, std::string(parsed.id), route.get(), false, wants_flag, std::move(reservation));
     }
-    const bool sampled = sampled_for_tracing(*snapshot, *context_);
+    const bool sampled = sampled_for_tracing(*snapshot, parsed.model_name, *context_);
     if (route == nullptr) {
       return forward(request, std::string(parsed.id), nullptr, sampled, wants_flag, std::move(reservation));
     }

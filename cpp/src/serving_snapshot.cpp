@@ -1,4 +1,4 @@
-// The routes of the serving snapshot (serving_snapshot.h).
+// The routes and the tracing rule of the serving snapshot (serving_snapshot.h).
 
 #include "inferd/serving_snapshot.h"
 
@@ -7,6 +7,11 @@
 #include <string_view>
 
 namespace inferd {
+
+const TraceSampling& ServingSnapshot::tracing_for(std::string_view model) const {
+  const auto found = model_tracing.find(model);
+  return found == model_tracing.end() ? tracing : found->second;
+}
 
 std::shared_ptr<const ModelRoute> ServingSnapshot::find(std::string_view name, std::string_view version) const {
   const auto model = models.find(name);

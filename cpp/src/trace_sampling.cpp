@@ -56,7 +56,19 @@ std::optional<TraceParent> parse_traceparent(std::string_view header) {
   return TraceParent{*low, (*flags & 1) != 0};
 }
 
+bool TraceBudget::take() {
+  int64_t left = remaining_.load(std::memory_order_relaxed);
+  // compare_exchange_weak reloads `left` when another thread took one first.
+  while (left > 0 && !remaining_.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) {
+  }
+  return left > 0;
+}
+
 bool TraceSampling::traced(std::string_view traceparent) const {
+  return drawn(traceparent) && (budget == nullptr || budget->take());
+}
+
+bool TraceSampling::drawn(std::string_view traceparent) const {
   if (!enabled) return false;
   if (!traceparent.empty()) {
     if (const std::optional<TraceParent> parent = parse_traceparent(traceparent)) {

@@ -1140,6 +1140,44 @@ TEST_F(GrpcServerTest, TracedRequestsRunInTheCoreAndAreReportedToPython) {
   EXPECT_EQ(backend_->calls()[1].metadata_value("inferd-trace-sampled"), "1");
 }
 
+// A model's own trace settings (Triton's per-model TraceSetting) decide its requests instead of
+// the global rule, budget included; the other models keep the global rule.
+TEST_F(GrpcServerTest, AModelsOwnTracingRuleOverridesTheGlobalOne) {
+  const std::string request = infer_request("add_one", "m1", rows_from(1, 1), 1);
+  ObservationQueue& observations = *server_->observations();
+  auto budget = std::make_shared<TraceBudget>(2);
+  publish([&](ServingSnapshot& s) {
+    s.tracing = TraceSampling{true, false, 0.0};                           // globally: nothing
+    s.model_tracing["add_one"] = TraceSampling{true, false, 1.0, budget};  // add_one: two traces
+  });
+  for (int i = 0; i < 3; ++i) {
+    ClientResult r = unary(method("ModelInfer"), request);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  }
+  std::vector<ObservedRequest> records = observations.drain();
+  ASSERT_EQ(records.size(), 2u);  // the third found the budget spent
+  EXPECT_TRUE(records[0].sampled && records[1].sampled);
+  EXPECT_EQ(budget->remaining(), 0);
+
+  // A model without its own rule is sampled by the global one: an unknown model, forwarded
+  // unmarked, then marked once the global rule samples everything.
+  BackendReply reply;
+  reply.body = "answered by python";
+  backend_->set_reply(method("ModelInfer"), reply);
+  const std::string other = infer_request("nope", "m2", rows_from(1, 1), 1);
+  ASSERT_TRUE(unary(method("ModelInfer"), other).status.ok());
+  publish([&](ServingSnapshot& s) {
+    s.tracing = TraceSampling{true, false, 1.0};
+    s.model_tracing["add_one"] = TraceSampling{};  // add_one: off
+  });
+  ASSERT_TRUE(unary(method("ModelInfer"), other).status.ok());
+  ASSERT_EQ(backend_->call_count(), 2u);
+  EXPECT_EQ(backend_->calls()[0].metadata_value("inferd-trace-sampled"), "<absent>");
+  EXPECT_EQ(backend_->calls()[1].metadata_value("inferd-trace-sampled"), "1");
+  ASSERT_TRUE(unary(method("ModelInfer"), request).status.ok());
+  EXPECT_TRUE(observations.drain().empty());
+}
+
 TEST_F(GrpcServerTest, StreamRequestsAreSampledAndReportedOneByOne) {
   // Ratio 1 at the root: with no traceparent every request of the stream is traced.
   publish([](ServingSnapshot& s) { s.tracing = TraceSampling{true, true, 1.0}; });

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace inferd {
 namespace {
@@ -83,6 +87,46 @@ TEST(TraceSamplingTest, ANewTraceIsSampledWithTheRatiosProbability) {
   // 0.25 +- 0.02 is over 6 standard deviations (61 draws) either way.
   EXPECT_GT(traced, kDraws * 0.23);
   EXPECT_LT(traced, kDraws * 0.27);
+}
+
+TEST(TraceBudgetTest, TakesUntilSpentAndNeverGoesBelowZero) {
+  TraceBudget budget(2);
+  EXPECT_TRUE(budget.take());
+  EXPECT_EQ(budget.remaining(), 1);
+  EXPECT_TRUE(budget.take());
+  EXPECT_FALSE(budget.take());
+  EXPECT_FALSE(budget.take());
+  EXPECT_EQ(budget.remaining(), 0);
+  EXPECT_FALSE(TraceBudget(0).take());
+}
+
+TEST(TraceBudgetTest, ThreadsTakingAtOnceTakeExactlyTheBudget) {
+  constexpr int kThreads = 8;
+  constexpr int kTries = 5000;
+  TraceBudget budget(10000);
+  std::atomic<int> taken{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kTries; ++i) taken += budget.take() ? 1 : 0;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(taken.load(), 10000);  // 40000 tries: every trace taken once, none twice
+  EXPECT_EQ(budget.remaining(), 0);
+}
+
+TEST(TraceSamplingTest, ABudgetStopsTracingOnceSpentAndOnlySampledRequestsTakeFromIt) {
+  auto budget = std::make_shared<TraceBudget>(2);
+  const TraceSampling sampling{true, true, 1.0, budget};
+  EXPECT_FALSE(sampling.traced(kNotSampled));  // the rule says no: nothing taken
+  EXPECT_EQ(budget->remaining(), 2);
+  EXPECT_TRUE(sampling.traced(""));
+  EXPECT_TRUE(sampling.traced(kSampled));
+  EXPECT_FALSE(sampling.traced(""));
+  EXPECT_FALSE(sampling.traced(kSampled));
+  // Another rule sharing the budget (a republished snapshot) finds it spent.
+  EXPECT_FALSE((TraceSampling{true, false, 1.0, budget}.traced("")));
 }
 
 }  // namespace

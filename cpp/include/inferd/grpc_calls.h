@@ -88,8 +88,10 @@ inline constexpr std::string_view kPeerCredentialsKey = "inferd-peer-credentials
 // again, so a weighted choice is drawn once. A caller's own is dropped.
 inline constexpr std::string_view kRoutedVersionKey = "inferd-routed-version";
 
-// Whether the snapshot's tracing samples this call's inference (by its traceparent).
-bool sampled_for_tracing(const ServingSnapshot& snapshot, const grpc::ServerContextBase& context);
+// Whether the snapshot's tracing rule for `model` (the name the request gives) samples this call's
+// inference, by its traceparent; a sampled one takes a trace of the rule's budget.
+bool sampled_for_tracing(const ServingSnapshot& snapshot, std::string_view model,
+                         const grpc::ServerContextBase& context);
 
 // The observation of an inference of this call that the core runs while Python observes it
 // (sampled, or the snapshot observes every inference), begun when the request was received; null

@@ -51,6 +51,9 @@ struct ServingSnapshot {
   // (TransportContext::observations) each one this rule samples, which Python builds the span
   // of, and every one while `observe_inference` (verbose logs: a line per request).
   TraceSampling tracing;
+  // The models whose trace settings override the global ones (Triton's per-model TraceSetting),
+  // by the name a request gives: their inferences are sampled by their own rule instead.
+  std::map<std::string, TraceSampling, std::less<>> model_tracing;
   bool observe_inference = false;
   // model name -> version as a request gives it ("" = the highest ready version) -> route.
   using Versions = std::map<std::string, std::shared_ptr<const ModelRoute>, std::less<>>;
@@ -68,6 +71,8 @@ struct ServingSnapshot {
   };
   std::map<std::string, WeightedVersions, std::less<>> weighted;
 
+  // The rule that samples an inference naming `model`: its own, else `tracing`.
+  const TraceSampling& tracing_for(std::string_view model) const;
   // The route for a request's model name and version, or null.
   std::shared_ptr<const ModelRoute> find(std::string_view name, std::string_view version) const;
   // The route an inference takes: as find(), except that one naming no version of a model with
