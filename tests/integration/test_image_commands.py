@@ -1,8 +1,9 @@
 """The images' commands against a live server, outside Docker (this machine has no Docker engine):
 the model repository filled by the manifests' init container command, the Dockerfiles' ENTRYPOINT
-and CMD as they stand (only the repository path and the two ports changed, so that the test runs
-beside other servers), and their HEALTHCHECK command, which must report healthy within the
-HEALTHCHECK's start period and unhealthy once the server stops."""
+(deploy/entrypoint.sh, run with this environment's `inferd` on PATH) and CMD as they stand (only
+the repository path and the ports changed, so that the test runs beside other servers), and their
+HEALTHCHECK command, which must report healthy within the HEALTHCHECK's start period and unhealthy
+once the server stops."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ import pytest
 import yaml
 
 from inferd import cli
-from tests.unit.test_deploy_manifests import DOCKERFILES, _exec_form, dockerfile_instructions
+from tests.unit.test_deploy_manifests import (
+    DEPLOY,
+    DOCKERFILES,
+    _exec_form,
+    dockerfile_instructions,
+    manifest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The `inferd` script the wheel installs beside this interpreter: the images' `inferd`.
@@ -77,7 +84,7 @@ def test_entrypoint_and_healthcheck_against_a_live_server(dockerfile: Path, tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
 
     # The model repository, as the manifests' init container fills it.
-    fleet = yaml.safe_load_all((ROOT / "deploy/kubernetes/fleet.yaml").read_text())
+    fleet = yaml.safe_load_all(manifest("fleet.yaml").read_text())
     (deployment,) = [d for d in fleet if d["kind"] == "Deployment"]
     (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
     init_argv = [tmp_path / "models" if a == "/models" else a for a in init["command"]]
@@ -85,24 +92,32 @@ def test_entrypoint_and_healthcheck_against_a_live_server(dockerfile: Path, tmp_
     assert made.returncode == 0, made
 
     instructions = dockerfile_instructions(dockerfile)
-    serve = _exec_form(instructions["ENTRYPOINT"][-1]) + _exec_form(instructions["CMD"][-1])
+    assert _exec_form(instructions["ENTRYPOINT"][-1]) == ["inferd-entrypoint"]
+    cmd = _exec_form(instructions["CMD"][-1])
     (healthcheck,) = instructions["HEALTHCHECK"]
     options, _, command = healthcheck.partition("CMD ")
     health = _exec_form(command)
     start_period = _seconds(re.search(r"--start-period=(\S+)", options).group(1))  # type: ignore[union-attr]
-    grpc_port, metrics_port = str(_free_port()), str(_free_port())
+    http_port, grpc_port, metrics_port = str(_free_port()), str(_free_port()), str(_free_port())
     replace = {
         "/models": str(tmp_path / "models"),
-        serve[serve.index("--grpc-port") + 1]: grpc_port,
-        serve[serve.index("--metrics-port") + 1]: metrics_port,
+        cmd[cmd.index("--http-port") + 1]: http_port,
+        cmd[cmd.index("--grpc-port") + 1]: grpc_port,
+        cmd[cmd.index("--metrics-port") + 1]: metrics_port,
     }
-    serve = [replace.get(a, a) for a in serve]
+    cmd = [replace.get(a, a) for a in cmd]
+    # The entrypoint script, finding this environment's `inferd` first on PATH as in the image.
+    env_with_inferd = {**env, "PATH": f"{INFERD.parent}{os.pathsep}{env.get('PATH', '')}"}
     health = [re.sub(r":\d+$", f":{grpc_port}", a) for a in health]
 
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(INFERD), *serve[1:]], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+            ["sh", str(DEPLOY / "entrypoint.sh"), *cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env_with_inferd,
         )
     try:
         deadline = time.monotonic() + start_period
@@ -124,7 +139,7 @@ def test_sidecar_commands_against_a_live_server(tmp_path: Path) -> None:
     """sidecar.yaml's inferd arguments (socket only) and its exec probe, with the paths moved
     under tmp_path, the metrics port free and the socket's group this process's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
-    sidecar = yaml.safe_load_all((ROOT / "deploy/kubernetes/sidecar.yaml").read_text())
+    sidecar = yaml.safe_load_all(manifest("sidecar.yaml").read_text())
     (deployment,) = [d for d in sidecar if d["kind"] == "Deployment"]
     fetch, inferd = deployment["spec"]["template"]["spec"]["initContainers"]
     socket_path = tmp_path / "sock" / "inferd.sock"

@@ -7,6 +7,7 @@ line that the Dockerfiles and the manifests run against inferd's own parser."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import importlib.metadata
@@ -26,10 +27,15 @@ from yamllint.config import YamlLintConfig
 
 from inferd import cli
 from inferd.observability.tracing import tracing_requested
+from inferd.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+# The resources (each kustomization's own files, and prometheus-adapter.yaml, applied as it is); the
+# kustomizations themselves are checked by test_deploy_kustomize.py.
+MANIFESTS = sorted(
+    p for p in (DEPLOY / "kubernetes").rglob("*.yaml") if p.name != "kustomization.yaml"
+)
 COLLECTOR = DEPLOY / "otel-collector.yaml"
 DOCKERFILES = (DEPLOY / "Dockerfile", DEPLOY / "Dockerfile.gpu")
 # The oldest Kubernetes the manifests are written for (native sidecar containers: 1.29) and the
@@ -42,7 +48,25 @@ CUSTOM_SCHEMAS = {
 }
 # A Pod spec's fields that a ServingRuntime's spec carries over (checked as a Pod's).
 SERVING_RUNTIME_POD_FIELDS = ("containers", "volumes")
-IMAGE_PREFIX = "inferd:"
+# The image name the manifests give every inferd container: the kustomizations' image component
+# (deploy/kubernetes/image) replaces it with the image to run.
+IMAGE_NAME = "inferd"
+# KServe's own Triton runtime's container args (config/runtimes/kserve-tritonserver.yaml in
+# KServe's repository), which kserve.yaml's runtime passes unchanged.
+KSERVE_TRITON_ARGS = [
+    "tritonserver",
+    "--model-store=/mnt/models",
+    "--grpc-port=9000",
+    "--http-port=8080",
+    "--allow-grpc=true",
+    "--allow-http=true",
+]
+
+
+def manifest(name: str) -> Path:
+    """The manifest called ``name`` (fleet.yaml: deploy/kubernetes/fleet/fleet.yaml)."""
+    (path,) = [p for p in MANIFESTS if p.name == name]
+    return path
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -83,8 +107,13 @@ def manifest_problems(doc: dict[str, Any]) -> list[str]:
 
 
 def test_deploy_has_the_manifests() -> None:
-    names = {p.name for p in MANIFESTS}
-    assert {"sidecar.yaml", "fleet.yaml", "kserve.yaml", "prometheus-adapter.yaml"} <= names
+    names = {p.relative_to(DEPLOY / "kubernetes").as_posix() for p in MANIFESTS}
+    assert {
+        "sidecar/sidecar.yaml",
+        "fleet/fleet.yaml",
+        "kserve/kserve.yaml",
+        "prometheus-adapter.yaml",
+    } <= names
     assert not (DEPLOY / "kubernetes.yaml").exists()
 
 
@@ -95,7 +124,7 @@ def test_manifest_validates(path: Path) -> None:
 
 
 def _resource(path: str, kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in documents(DEPLOY / "kubernetes" / path) if d["kind"] == kind]
+    (doc,) = [d for d in documents(manifest(path)) if d["kind"] == kind]
     return copy.deepcopy(doc)
 
 
@@ -158,8 +187,8 @@ def test_a_wrong_value_fails_validation() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    [*MANIFESTS, COLLECTOR, ROOT / ".yamllint"],
-    ids=lambda p: p.name,
+    [*MANIFESTS, *sorted(DEPLOY.rglob("kustomization.yaml")), COLLECTOR, ROOT / ".yamllint"],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_yamllint_clean(path: Path) -> None:
     config = YamlLintConfig(file=str(ROOT / ".yamllint"))
@@ -178,37 +207,28 @@ def test_yamllint_config_refuses(text: str) -> None:
 # --- inferd's command lines ----------------------------------------------------------------------
 
 
-def _help(command: str) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit:
-        cli.main([command, "--help"])
-    assert exit.value.code == 0, f"inferd {command} --help"
-    return out.getvalue()
-
-
-def _flags(help_text: str) -> set[str]:
-    """The long options a --help lists (each starts its line, indented)."""
-    return set(re.findall(r"^\s{2,}(?:-\w, )?(--[a-z][a-z0-9-]*)", help_text, re.M))
-
-
-def check_inferd_command(argv: list[str]) -> None:
-    """``argv`` (``inferd COMMAND ...``) names a real command and flags whose values it accepts."""
+def check_inferd_command(argv: list[str]) -> argparse.Namespace:
+    """``argv`` (``inferd COMMAND ...``) is a command line inferd's own parser accepts: a real
+    command, flags it knows (Triton's included, translated as ``inferd serve`` translates them)
+    and values it takes, none dropped as an ignored Triton flag. Returns what it parsed; nothing
+    runs."""
     assert argv[0] == "inferd", argv
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="inferd")
     assert script.value == "inferd.cli:main"  # the `inferd` the images' PATH has
-    command, args = argv[1], argv[2:]
-    known = _flags(_help(command))
-    used = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-    assert used <= known, f"inferd {command}: unknown {sorted(used - known)}"
-    # Values: the parser converts (and checks) each value as it meets it, so with --help last it
-    # refuses a bad one (exit 2) and otherwise only prints the help (exit 0): nothing runs.
-    with (
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()) as err,
-        pytest.raises(SystemExit) as exit,
-    ):
-        cli.main([command, *args, "--help"])
-    assert exit.value.code == 0, f"inferd {command} {args}: {err.getvalue()}"
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            args, ignored = cli._arguments(argv[1:])
+        except SystemExit as refused:
+            raise AssertionError(f"inferd {argv[1:]} refused: {err.getvalue()}") from refused
+    assert ignored == [], f"inferd {argv[1:]} ignores {ignored}"
+    return args
+
+
+def served_argv(args: list[str]) -> list[str]:
+    """The command deploy/entrypoint.sh (the images' entrypoint) runs for the container's ``args``:
+    ``inferd serve`` with them, less a first ``tritonserver`` (test_deploy_kustomize.py runs the
+    script itself to check this)."""
+    return ["inferd", "serve", *(args[1:] if args[:1] == ["tritonserver"] else args)]
 
 
 def dockerfile_instructions(path: Path) -> dict[str, list[str]]:
@@ -233,8 +253,10 @@ def test_dockerfile_commands_are_inferds(path: Path) -> None:
     instructions = dockerfile_instructions(path)
     entrypoint = _exec_form(instructions["ENTRYPOINT"][-1])
     cmd = _exec_form(instructions["CMD"][-1])
-    assert entrypoint == ["inferd", "serve"]
-    check_inferd_command(entrypoint + cmd)
+    assert entrypoint == ["inferd-entrypoint"]
+    entrypoint_copy = "--chmod=0755 deploy/entrypoint.sh /usr/local/bin/inferd-entrypoint"
+    assert entrypoint_copy in instructions["COPY"]
+    check_inferd_command(served_argv(cmd))
 
     (healthcheck,) = instructions["HEALTHCHECK"]
     options, _, command = healthcheck.partition("CMD ")
@@ -247,11 +269,12 @@ def test_dockerfile_commands_are_inferds(path: Path) -> None:
     assert timeout is not None
     assert float(_arg(probe, "--timeout-secs")) < float(timeout.group(1))
 
-    # The health check asks the port the server listens on; both ports are exposed.
+    # The health check asks the port the server listens on; every port is exposed.
+    http_port = cmd[cmd.index("--http-port") + 1]
     grpc_port = cmd[cmd.index("--grpc-port") + 1]
     metrics_port = cmd[cmd.index("--metrics-port") + 1]
     assert probe[probe.index("--address") + 1] == f"127.0.0.1:{grpc_port}"
-    assert set(instructions["EXPOSE"][-1].split()) == {grpc_port, metrics_port}
+    assert set(instructions["EXPOSE"][-1].split()) == {http_port, grpc_port, metrics_port}
     user = instructions["USER"][-1]
     assert user.split(":")[0] not in ("root", "0")
     assert len(instructions["FROM"]) >= 2, "a builder stage and a run stage"
@@ -263,7 +286,7 @@ def test_dockerfile_commands_are_inferds(path: Path) -> None:
 
 
 def test_dockerfile_checker_refuses_a_wrong_flag() -> None:
-    with pytest.raises(AssertionError, match="unknown"):
+    with pytest.raises(AssertionError, match="unrecognized flag --unix-socket"):
         check_inferd_command(["inferd", "health", "--unix-socket", "/sock/inferd.sock"])
     with pytest.raises(AssertionError):
         check_inferd_command(["inferd", "serve", "--grpc-port", "eighty"])
@@ -279,9 +302,12 @@ def _containers(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _inferd_commands(container: dict[str, Any]) -> Iterator[list[str]]:
-    if not container["image"].startswith(IMAGE_PREFIX):
+    if container["image"] != IMAGE_NAME:
         return
-    yield container.get("command", ["inferd", "serve"]) + container.get("args", [])
+    if "command" in container:
+        yield container["command"] + container.get("args", [])
+    else:  # the image's entrypoint
+        yield served_argv(container.get("args", []))
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         command = container.get(probe, {}).get("exec", {}).get("command", [])
         if command[:1] == ["inferd"]:
@@ -368,7 +394,7 @@ def test_restricted_security_context() -> None:
 
 
 def test_fleet_services_autoscaler_and_monitor_point_at_the_pods() -> None:
-    docs = documents(DEPLOY / "kubernetes" / "fleet.yaml")
+    docs = documents(manifest("fleet.yaml"))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     port_names = {p["name"] for p in _inferd_container(deployment)["ports"]}
@@ -398,12 +424,10 @@ def test_fleet_services_autoscaler_and_monitor_point_at_the_pods() -> None:
 
 def test_autoscaler_metric_comes_from_inferds_queue_gauge() -> None:
     (hpa,) = [
-        d
-        for d in documents(DEPLOY / "kubernetes" / "fleet.yaml")
-        if d["kind"] == "HorizontalPodAutoscaler"
+        d for d in documents(manifest("fleet.yaml")) if d["kind"] == "HorizontalPodAutoscaler"
     ]
     (metric,) = hpa["spec"]["metrics"]
-    (config_map,) = documents(DEPLOY / "kubernetes" / "prometheus-adapter.yaml")
+    (config_map,) = documents(manifest("prometheus-adapter.yaml"))
     (rule,) = yaml.safe_load(config_map["data"]["config.yaml"])["rules"]
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
     series_name = re.match(r"[a-z_]+", rule["seriesQuery"].strip("'\""))
@@ -430,13 +454,34 @@ def test_collector_receives_what_inferd_is_pointed_at() -> None:
     assert "prometheus" in pipelines["metrics"]["receivers"]
 
 
-def test_kserve_runtime_speaks_inferds_grpc_port() -> None:
+def test_kserve_runtime_passes_tritons_args() -> None:
+    """The runtime's args are KServe's Triton runtime's, word for word; the image's entrypoint
+    makes them an `inferd serve` command line that inferd's parser accepts, with REST on the
+    runtime's one declared port (KServe's default, 8080) and the probes there."""
     runtime = _resource("kserve.yaml", "ServingRuntime")
     (container,) = runtime["spec"]["containers"]
+    assert "command" not in container  # the image's entrypoint runs the args
+    assert container["args"] == KSERVE_TRITON_ARGS
+    parsed = check_inferd_command(served_argv(container["args"]))
+    # Taken as Triton means them, not only accepted.
+    assert str(parsed.model_repository) == "/mnt/models"
+    assert (parsed.grpc_port, parsed.http_port) == (9000, 8080)
+    assert parsed.allow_grpc is True and parsed.allow_http is True
     (port,) = container["ports"]
-    assert port["name"] == "h2c"  # KServe and Knative speak HTTP/2 to it
-    assert port["containerPort"] == int(_arg(container["args"], "--grpc-port"))
-    assert runtime["spec"]["protocolVersions"] == ["grpc-v2"]
+    assert port["name"] == "http1"  # HTTP/1.1, as KServe and Knative name it
+    assert port["containerPort"] == int(_arg(container["args"], "--http-port")) == 8080
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/v2/health/ready",
+        "port": port["containerPort"],
+    }
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/v2/health/live",
+        "port": port["containerPort"],
+    }
+    assert runtime["spec"]["protocolVersions"] == ["v2", "grpc-v2"]
+    assert runtime["spec"]["annotations"]["prometheus.kserve.io/port"] == str(
+        ServerSettings().metrics_port  # the port inferd serves /metrics on by default
+    )
     assert {f["name"] for f in runtime["spec"]["supportedModelFormats"]} == {"onnx", "tensorrt"}
     service = _resource("kserve.yaml", "InferenceService")
     model = service["spec"]["predictor"]["model"]
