@@ -42,7 +42,10 @@ from inferd.observability.logging import (
     mark_logged,
 )
 from inferd.observability.metrics import InferenceMetrics
+from inferd.observability.trace_settings import TraceSettings
 from inferd.observability.tracing import (
+    MODEL_ATTRIBUTE,
+    REQUEST_SPAN,
     TRACE_SAMPLED_ATTRIBUTE,
     TRACE_SAMPLED_KEY,
     CoreSampledSampler,
@@ -133,6 +136,11 @@ class Telemetry:
         self.tracer_provider = tracer_provider
         self.tracer = tracer_provider.get_tracer("inferd") if tracer_provider else None
         self.batches = BatchSpans(self.tracer) if self.tracer else None
+        sampler = tracer_provider.sampler if tracer_provider else None
+        # Triton's TraceSetting: over the sampler the core applies too (None: cannot change).
+        self.trace_settings = TraceSettings(
+            sampler if isinstance(sampler, CoreSampledSampler) else None
+        )
 
     @property
     def observes_each_request(self) -> bool:
@@ -149,6 +157,13 @@ class Telemetry:
             return None
         sampler = self.tracer_provider.sampler
         return sampler.rule if isinstance(sampler, CoreSampledSampler) else None
+
+    @property
+    def model_sampling(self) -> dict[str, SamplingRule]:
+        """The models whose trace settings give them a rule of their own (by the name requests
+        give), which the core applies to their requests instead of ``sampling``'s."""
+        sampler = self.tracer_provider.sampler if self.tracer_provider else None
+        return sampler.model_rules if isinstance(sampler, CoreSampledSampler) else {}
 
     def request(
         self, model_name: str, metadata: Sequence[tuple[str, Any]] | None, request_id: str = ""
@@ -218,14 +233,14 @@ class Telemetry:
         parent = _PROPAGATOR.extract(dict(record.metadata))
         attributes: dict[str, Any] = {
             "rpc.system": "grpc",
-            "inferd.model": record.model,
+            MODEL_ATTRIBUTE: record.model,
             "inferd.model_version": record.version,
             TRACE_SAMPLED_ATTRIBUTE: True,  # the core sampled it
         }
         if record.streamed:
             attributes["inferd.responses"] = record.responses
         span = tracer.start_span(
-            "ModelInfer",
+            REQUEST_SPAN,
             context=parent,
             kind=SpanKind.SERVER,
             attributes=attributes,
@@ -285,11 +300,11 @@ class RequestTelemetry:
         if tracer is not None:
             carrier = {k: v for k, v in self._metadata or () if isinstance(v, str)}
             parent = _PROPAGATOR.extract(carrier)
-            attributes: dict[str, Any] = {"rpc.system": "grpc", "inferd.model": self.model}
+            attributes: dict[str, Any] = {"rpc.system": "grpc", MODEL_ATTRIBUTE: self.model}
             if carrier.get(TRACE_SAMPLED_KEY) == "1":
                 attributes[TRACE_SAMPLED_ATTRIBUTE] = True  # the core sampled it
             self._span = tracer.start_span(
-                "ModelInfer",
+                REQUEST_SPAN,
                 context=parent,
                 kind=SpanKind.SERVER,
                 attributes=attributes,

@@ -5,7 +5,9 @@ Which requests are traced is decided twice over: the core's transport applies th
 (``SamplingRule``) to each inference before anything else, serves the requests it does not trace
 itself, and sends the others to Python marked ``inferd-trace-sampled: 1``; Python's sampler
 (``CoreSampledSampler``) records a marked request whatever it would draw, and decides every other
-span (a request Python answers for another reason) as configured."""
+span (a request Python answers for another reason) as configured. Both follow the trace settings
+a client changes at run time (``trace_settings.TraceSettings``): a rule per model, and a budget of
+traces shared by the two."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import Link, SpanKind, TraceState, get_current_span
 from opentelemetry.util.types import Attributes
 
+from inferd.core import TraceBudget
+
 # The gRPC metadata key the core adds to an inference it sampled (cpp/include/inferd/grpc_calls.h,
 # kTraceSampledKey), and the span attribute the transport turns it into for the sampler.
 log = structlog.get_logger(__name__)
@@ -38,6 +42,9 @@ TRACE_SAMPLED_KEY = "inferd-trace-sampled"
 TRACE_SAMPLED_ATTRIBUTE = "inferd.trace_sampled"
 
 TRACE_CONFIG_KEYS = ("endpoint", "sampler", "sampler_arg")
+# The span of one inference request: what a trace setting's rule and budget decide.
+REQUEST_SPAN = "ModelInfer"
+MODEL_ATTRIBUTE = "inferd.model"
 
 
 def parse_trace_config(text: str) -> dict[str, str]:
@@ -74,20 +81,51 @@ def tracing_requested(config: Mapping[str, str], environ: Mapping[str, str]) -> 
 class SamplingRule:
     """An OpenTelemetry built-in sampler as the core applies it: a caller's valid ``traceparent``
     decides by its sampled flag when ``parent_based``; otherwise a trace is sampled when its id's
-    lower 64 bits fall below ``ratio`` x 2^64 (TraceIdRatioBased; always_on is 1, always_off 0)."""
+    lower 64 bits fall below ``ratio`` x 2^64 (TraceIdRatioBased; always_on is 1, always_off 0).
+    ``budget``: the traces left to take (Triton's trace_count, shared with the core; None:
+    unlimited); a sampled request takes one, and none is sampled once it is spent."""
 
     parent_based: bool
     ratio: float
+    budget: TraceBudget | None = None
+
+    @property
+    def samples_nothing(self) -> bool:
+        return not self.parent_based and self.ratio <= 0.0
+
+
+def rule_sampler(rule: SamplingRule) -> Sampler:
+    """The OpenTelemetry sampler that decides as ``rule`` does (its budget aside)."""
+    if rule.samples_nothing:
+        return ALWAYS_OFF
+    root = TraceIdRatioBased(rule.ratio)
+    return ParentBased(root) if rule.parent_based else root
 
 
 class CoreSampledSampler(Sampler):
     """``inner``, except that a span started with ``TRACE_SAMPLED_ATTRIBUTE`` (a request the core
-    sampled) is recorded and sampled, without that attribute. ``rule``: ``inner``'s decision as the
-    core applies it, or None when the core cannot (it then sends every inference to Python)."""
+    sampled) is recorded and sampled, without that attribute, and so is a child of a span this
+    process records (its trace is taken already). ``rule``: ``inner``'s decision as the core
+    applies it, or None when the core cannot (it then sends every inference to Python).
+    ``configure`` replaces both, and gives models rules of their own: a request span
+    (``REQUEST_SPAN``) of such a model is decided by its model's rule, and takes a trace of the
+    rule's budget when sampled. Configured on the event loop's thread; ``should_sample`` runs on
+    whichever thread starts a span, and reads each setting in one step."""
 
     def __init__(self, inner: Sampler, rule: SamplingRule | None) -> None:
         self.inner = inner
         self.rule = rule
+        self._models: dict[str, tuple[Sampler, SamplingRule]] = {}
+
+    @property
+    def model_rules(self) -> dict[str, SamplingRule]:
+        """The models with rules of their own."""
+        return {model: rule for model, (_, rule) in self._models.items()}
+
+    def configure(self, rule: SamplingRule, model_rules: dict[str, SamplingRule]) -> None:
+        """``rule`` for every request, but those of the models in ``model_rules``."""
+        self.inner, self.rule = rule_sampler(rule), rule
+        self._models = {model: (rule_sampler(r), r) for model, r in model_rules.items()}
 
     def should_sample(
         self,
@@ -99,16 +137,33 @@ class CoreSampledSampler(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
+        parent = get_current_span(parent_context).get_span_context()
         if attributes and attributes.get(TRACE_SAMPLED_ATTRIBUTE):
-            parent = get_current_span(parent_context).get_span_context()
             return SamplingResult(
                 Decision.RECORD_AND_SAMPLE,
                 {k: v for k, v in attributes.items() if k != TRACE_SAMPLED_ATTRIBUTE},
                 parent.trace_state if parent.is_valid else None,
             )
-        return self.inner.should_sample(
+        if parent.is_valid and not parent.is_remote and parent.trace_flags.sampled:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, parent.trace_state)
+        inner, rule = self.inner, self.rule
+        if name == REQUEST_SPAN and attributes:
+            model = attributes.get(MODEL_ATTRIBUTE)
+            own = self._models.get(model) if isinstance(model, str) else None
+            if own is not None:
+                inner, rule = own
+        result = inner.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )
+        if (
+            name == REQUEST_SPAN
+            and result.decision is Decision.RECORD_AND_SAMPLE
+            and rule is not None
+            and rule.budget is not None
+            and not rule.budget.take()
+        ):
+            return SamplingResult(Decision.DROP)
+        return result
 
     def get_description(self) -> str:
         return f"CoreSampled{{{self.inner.get_description()}}}"

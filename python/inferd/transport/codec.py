@@ -104,3 +104,19 @@ def encode_log_settings(settings: dict[str, bool | int | str]) -> pb.LogSettings
         else:
             entry.string_param = value
     return message
+
+
+def trace_settings(
+    fields: Mapping[str, pb.TraceSettingRequest.SettingValue],
+) -> dict[str, list[str]]:
+    """TraceSetting's request map -> {key: values} (no values: clear the setting)."""
+    return {key: list(value.value) for key, value in fields.items()}
+
+
+def encode_trace_settings(settings: Mapping[str, list[str]]) -> pb.TraceSettingResponse:
+    return pb.TraceSettingResponse(
+        settings={
+            key: pb.TraceSettingResponse.SettingValue(value=values)
+            for key, values in settings.items()
+        }
+    )

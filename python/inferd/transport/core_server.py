@@ -285,18 +285,23 @@ class CoreGrpcServer:
         routes: list[tuple[Any, ...]],
         weights: list[tuple[str, list[tuple[str, int]]]],
         observe_inference: bool = False,
+        model_tracing: dict[str, SamplingRule] | None = None,
     ) -> None:
         """``forward_inference``: every inference goes to Python; ``tracing`` (None: off): the
         inferences it samples are reported on ``observations``, and every one with
-        ``observe_inference``; ``weights``: (model, [(version, weight)]) routing the inferences
-        that name no version of that model."""
-        sampling = (
-            TraceSampling(True, tracing.parent_based, tracing.ratio)
-            if tracing is not None
-            else TraceSampling()
-        )
+        ``observe_inference``; ``model_tracing``: the models sampled by a rule of their own
+        instead; ``weights``: (model, [(version, weight)]) routing the inferences that name no
+        version of that model."""
         self._server.publish(
-            live, ready, accepting, forward_inference, sampling, routes, weights, observe_inference
+            live,
+            ready,
+            accepting,
+            forward_inference,
+            _core_sampling(tracing),
+            routes,
+            weights,
+            observe_inference,
+            {model: _core_sampling(rule) for model, rule in (model_tracing or {}).items()},
         )
 
     @property
@@ -312,6 +317,13 @@ class CoreGrpcServer:
     def shutdown(self, grace_s: float) -> None:
         """Blocks until every call is done: run it off the event loop, which answers some."""
         self._server.shutdown(grace_s)
+
+
+def _core_sampling(rule: SamplingRule | None) -> TraceSampling:
+    """The core's form of a sampling rule (None: off)."""
+    if rule is None or rule.samples_nothing:
+        return TraceSampling()
+    return TraceSampling(True, rule.parent_based, rule.ratio, rule.budget)
 
 
 class ServingPublisher:
@@ -368,6 +380,7 @@ class ServingPublisher:
             routes=routes,
             weights=weights,
             observe_inference=self._telemetry.log_control.verbose > 0,
+            model_tracing=self._telemetry.model_sampling,
         )
 
 

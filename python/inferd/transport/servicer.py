@@ -16,6 +16,7 @@ import inferd._proto.grpc_service_pb2 as pb
 import inferd._proto.grpc_service_pb2_grpc as grpc_service_pb2_grpc
 from inferd import __version__
 from inferd.dataplane import DataPlane
+from inferd.errors import InvalidArgument
 from inferd.models.control import ModelControl
 from inferd.observability.logging import apply_log_settings
 from inferd.observability.telemetry import Telemetry
@@ -26,7 +27,7 @@ from inferd.transport.status import answers_errors
 # Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
 # ModelStatistics only when "statistics" is listed.
 # The shared-memory extensions are added where --shared-memory enables them.
-EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule_policy"]
+EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule_policy", "trace"]
 
 # Set by the core's server on an inference it forwards from a listener that serves shared memory
 # (--shared-memory-listeners; a client's own header of that name is dropped): only such a request
@@ -80,7 +81,8 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
         self._control = control
         self._state = state
         self._telemetry = telemetry
-        # Told after LogSettings: whether requests are observed (verbose logs) may have changed.
+        # Told after LogSettings and TraceSetting: whether requests are observed (verbose logs)
+        # and how the core samples them may have changed.
         self._settings_changed = settings_changed
         self._shared_memory = shared_memory or SharedMemory("none", max_regions=0, max_bytes=0)
 
@@ -238,6 +240,18 @@ class InferenceServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):  # 
     ) -> Any:
         await self._shared_memory.unregister(SharedMemoryKind.CUDA, request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
+
+    @answers_errors
+    async def TraceSetting(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Triton's trace settings, global or of one model (``TraceSettings``)."""
+        model = request.model_name
+        if model and not self._dataplane.ready(model, ""):
+            raise InvalidArgument(f"Request for unknown model : {model}")  # Triton's words
+        changes = codec.trace_settings(request.settings)
+        current = self._telemetry.trace_settings.update(model, changes)
+        if changes and self._settings_changed is not None:
+            self._settings_changed()  # the core samples by the new rules
+        return codec.encode_trace_settings(current)
 
     @answers_errors
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
