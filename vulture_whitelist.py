@@ -28,6 +28,7 @@ _.RepositoryModelLoad
 _.RepositoryModelUnload
 _.ModelInfer
 _.LogSettings
+_.TraceSetting
 _.SystemSharedMemoryStatus
 _.SystemSharedMemoryRegister
 _.SystemSharedMemoryUnregister
