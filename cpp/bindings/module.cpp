@@ -16,6 +16,9 @@ void register_onnxruntime(py::module_& m);
 void register_wire(py::module_& m);
 void register_grpc_server(py::module_& m);
 void register_logging(py::module_& m);
+#ifdef INFERD_HAS_HTTP
+void register_http_server(py::module_& m);
+#endif
 }  // namespace inferd::python
 
 PYBIND11_MODULE(_core, m) {
@@ -31,4 +34,7 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_ensemble(m);
   inferd::python::register_shared_memory(m);
   inferd::python::register_grpc_server(m);
+#ifdef INFERD_HAS_HTTP
+  inferd::python::register_http_server(m);
+#endif
 }

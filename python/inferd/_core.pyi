@@ -528,6 +528,34 @@ class GrpcServer:
     def failures(self) -> list[tuple[str, str, int, int]]: ...
     def shutdown(self, grace_s: float) -> None: ...
 
+class HttpServer:
+    def __init__(
+        self,
+        grpc_server: GrpcServer,
+        addresses: list[str],
+        threads: int = 2,
+        header_timeout_ms: int = 10000,
+        idle_timeout_ms: int = 60000,
+        max_connections: int = 1024,
+        max_header_bytes: int = 65536,
+        max_body_bytes: int = ...,
+        max_decompressed_bytes: int = ...,
+        max_json_depth: int = 64,
+        max_chunks: int = 65536,
+        use_ssl: bool = False,
+        use_ssl_mutual: bool = False,
+        server_cert_pem: str = "",
+        server_key_pem: str = "",
+        root_cert_pem: str = "",
+        restricted_protocols: list[tuple[list[str], str, str]] = ...,
+        control_on_tcp: bool = False,
+    ) -> None: ...
+    @property
+    def ports(self) -> list[int]: ...
+    @property
+    def connections(self) -> int: ...
+    def shutdown(self, grace_s: float) -> None: ...
+
 def choose_weighted_version(weights: list[int], routing_key: str | None) -> int: ...
 def grpc_status_code(code: StatusCode) -> int: ...
 def shown_message(message: str) -> str: ...

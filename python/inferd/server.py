@@ -56,7 +56,8 @@ from inferd.transport.core_server import (
     ServingPublisher,
 )
 from inferd.transport.health import DrainingHealthServicer, HealthReporter
-from inferd.transport.listeners import bind_transport, check_ports_free
+from inferd.transport.http_server import CoreHttpServer
+from inferd.transport.listeners import Listeners, bind_transport, check_ports_free, http_host
 from inferd.transport.reflection import enable_reflection
 from inferd.transport.servicer import InferenceServicer, ServerState, add_inference_service
 
@@ -86,6 +87,10 @@ class InferenceServer:
     metrics_port: int | None = None
     unix_socket: PublicUnixSocket | None = None
     observations: ObservationReader | None = None
+    # The core's HTTP server (None: no HTTP listener), its TCP port and Unix socket.
+    http: CoreHttpServer | None = None
+    http_port: int | None = None
+    http_unix_socket: PublicUnixSocket | None = None
     _poller: asyncio.Task[None] | None = None
     _open_files: asyncio.Task[None] | None = None
 
@@ -103,6 +108,7 @@ class InferenceServer:
             "server started",
             listeners=self.listeners(),
             port=self.port,
+            http_port=self.http_port,
             metrics_port=self.metrics_port,
             tracing=self.telemetry.tracer is not None,
             ready=self.registry.server_ready(),
@@ -125,11 +131,16 @@ class InferenceServer:
         )
 
     def listeners(self) -> list[str]:
-        """Where clients reach the server: gRPC's TCP address and Unix socket, metrics' URL."""
+        """Where clients reach the server: gRPC's TCP address and Unix socket, HTTP's URL and
+        Unix socket, metrics' URL."""
         host = self.settings.host
         found = [] if self.port is None else [f"{host}:{self.port}"]
         if self.unix_socket is not None:
             found.append(f"unix:{self.unix_socket.path}")
+        if self.http_port is not None:
+            found.append(f"http://{http_host(self.settings)}:{self.http_port}")
+        if self.http_unix_socket is not None:
+            found.append(f"http+unix:{self.http_unix_socket.path}")
         if self.metrics_port is not None:
             found.append(f"http://{host}:{self.metrics_port}/metrics")
         return found
@@ -147,16 +158,20 @@ class InferenceServer:
             self._poller.cancel()
         if self._open_files is not None:
             self._open_files.cancel()
-        # The core's server forwards calls to the Python service until its last call is done:
-        # the loop keeps answering them while the core's shutdown waits on another thread.
+        # The core's servers forward calls to the Python service until their last call is done:
+        # the loop keeps answering them while the core's shutdown waits on another thread. HTTP
+        # first: it forwards through the gRPC server's channel.
         loop = asyncio.get_running_loop()
+        if self.http is not None:
+            await loop.run_in_executor(None, self.http.shutdown, grace)
         await loop.run_in_executor(None, self.transport.shutdown, grace)
         if self.observations is not None:
             self.observations.close()  # the last calls' records, before the exporter stops
         await self.backend.stop(None)
         self.backend_socket.remove()
-        if self.unix_socket is not None:
-            self.unix_socket.remove()
+        for unix_socket in (self.unix_socket, self.http_unix_socket):
+            if unix_socket is not None:
+                unix_socket.remove()
         # A python model's execute that never returns must not hold the stop forever. At least
         # a second (within the exit margin): batches that are ending, and finalize, still run.
         await self.registry.close(abort_after_s=max(deadline - time.monotonic(), 1.0))
@@ -359,7 +374,7 @@ async def create_server(
             else models.metrics.serve(settings.host, settings.metrics_port)
         )
     except OSError as e:
-        listeners.transport.shutdown(0)
+        listeners.shutdown(0)
         await backend.stop(None)
         listeners.remove()
         raise OSError(
@@ -372,7 +387,7 @@ async def create_server(
         publisher,
         backend,
         listeners.backend_socket,
-        None if settings.grpc_port < 0 else listeners.transport.ports[0],
+        None if settings.grpc_port < 0 or not settings.allow_grpc else listeners.transport.ports[0],
         models.registry,
         models.control,
         models.dispatcher,
@@ -383,4 +398,14 @@ async def create_server(
         metrics_port,
         listeners.unix_socket,
         ObservationReader(listeners.transport.observations, telemetry, asyncio.get_running_loop()),
+        listeners.http,
+        _http_port(settings, listeners),
+        listeners.http_unix_socket,
     )
+
+
+def _http_port(settings: ServerSettings, listeners: Listeners) -> int | None:
+    """The HTTP TCP listener's bound port (None: none)."""
+    if listeners.http is None or settings.http_port < 0:
+        return None
+    return listeners.http.ports[0]

@@ -115,6 +115,7 @@ class ServerProcess:
         self.repository = repository
         self.models = models
         self.url = ""
+        self.http_url = ""  # host:port of the HTTP/REST listener
         self.metrics_url = ""
         self.unix_socket = Path()
 
@@ -226,6 +227,8 @@ def running_server(
         process.wait()
         raise
     running.url = f"127.0.0.1:{started['port']}"
+    if started.get("http_port") is not None:
+        running.http_url = f"127.0.0.1:{started['http_port']}"
     if started.get("metrics_port") is not None:
         running.metrics_url = f"http://127.0.0.1:{started['metrics_port']}/metrics"
 

@@ -114,6 +114,8 @@ class GrpcServer {
   FailureCounts& failures();
   // The inferences the core ran while Python observes them (see ServingSnapshot::tracing).
   std::shared_ptr<ObservationQueue> observations() const;
+  // What its calls share (the HTTP server serves from the same: HttpServer).
+  std::shared_ptr<TransportContext> transport() const { return transport_; }
 
   // Stops accepting calls, lets the ones in flight finish for `grace_s` seconds, cancels the rest
   // and waits for them and for their calls to the backend. Blocks; idempotent.

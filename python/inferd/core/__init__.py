@@ -19,6 +19,7 @@ from inferd.core.executor import (
 )
 from inferd.core.native import (
     GrpcServer,
+    HttpServer,
     ObservationQueue,
     ObservedRequest,
     SharedMemoryRegistry,
@@ -62,6 +63,7 @@ __all__ = [
     "EnsembleScheduler",
     "Executor",
     "GrpcServer",
+    "HttpServer",
     "HostBufferPool",
     "ModelScheduler",
     "ObservationQueue",

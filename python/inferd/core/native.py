@@ -1,4 +1,4 @@
-"""The core's objects that Python uses as they are, with nothing to add: the gRPC server, its
+"""The core's objects that Python uses as they are, with nothing to add: the gRPC and HTTP servers, the gRPC server's
 trace sampling and the records of the inferences it ran while Python observes them, the
 shared-memory registry, the weighted version choice, the core's logging switches, and the
 transport's status rules (the one table from the core's status codes to gRPC's, and the cut of a
@@ -7,6 +7,7 @@ status message) that Python's gRPC handlers answer by too. Re-exported here so t
 
 from inferd._core import (
     GrpcServer,
+    HttpServer,
     ObservationQueue,
     ObservedRequest,
     SharedMemoryRegistry,
@@ -22,6 +23,7 @@ from inferd._core import (
 
 __all__ = [
     "GrpcServer",
+    "HttpServer",
     "ObservationQueue",
     "ObservedRequest",
     "SharedMemoryRegistry",

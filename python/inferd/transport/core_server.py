@@ -191,12 +191,13 @@ class BackendSocket:
 
 
 class PublicUnixSocket:
-    """--grpc-unix-socket with the file mode and group asked for, and no moment without them:
-    grpc creates the socket in a folder beside PATH that only this user can enter, ``publish``
+    """--grpc-unix-socket (or --http-unix-socket) with the file mode and group asked for, and no
+    moment without them: the core creates the socket in a folder beside PATH that only this user can enter, ``publish``
     sets its mode and group there and renames it to PATH (replacing a stale socket at once)."""
 
-    def __init__(self, path: str, mode: int, group: str) -> None:
+    def __init__(self, path: str, mode: int, group: str, protocol: str = "gRPC") -> None:
         self.path = Path(path)
+        self._protocol = protocol
         self._mode = mode
         self._gid = _group_id(group) if group else -1  # -1: os.chown leaves the group
         # Same folder: a rename cannot cross file systems. Short names: socket paths have a
@@ -204,7 +205,7 @@ class PublicUnixSocket:
         try:
             self._dir = Path(tempfile.mkdtemp(prefix=".inferd-", dir=self.path.parent))
         except OSError as e:
-            raise OSError(f"cannot serve gRPC on unix:{self.path}: {e.strerror or e}") from None
+            raise OSError(f"cannot serve {protocol} on unix:{self.path}: {e.strerror or e}") from None
         self._staged = self._dir / "s"
         self.bind_address = f"unix:{self._staged}"
         self._inode: int | None = None
@@ -218,7 +219,9 @@ class PublicUnixSocket:
             self._inode = self.path.stat().st_ino
         except OSError as e:
             self.remove()
-            raise OSError(f"cannot serve gRPC on unix:{self.path}: {e.strerror or e}") from None
+            raise OSError(
+                f"cannot serve {self._protocol} on unix:{self.path}: {e.strerror or e}"
+            ) from None
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -273,6 +276,11 @@ class CoreGrpcServer:
         """The bound port of each address (0 for a Unix socket)."""
         ports: list[int] = self._server.ports
         return ports
+
+    @property
+    def core(self) -> GrpcServer:
+        """The core's server, which the HTTP server shares its snapshot and backend with."""
+        return self._server
 
     def publish(
         self,
