@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,79 @@ def test_sidecar_commands_against_a_live_server(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30 + cli.EXIT_MARGIN_S + 10)
     assert code == 0, log_path.read_text()
+
+
+def _http_status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+
+
+def test_kserve_runtime_args_and_http_probes_against_a_live_server(tmp_path: Path) -> None:
+    """kserve.yaml's runtime args (KServe's Triton runtime's, `tritonserver` first) through the
+    images' entrypoint, with the two ports and the model store moved: the runtime's httpGet
+    readiness and liveness probes, and the fleet's liveness path, answer 200 once the models have
+    loaded, and the gRPC port the args name serves too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERD_", "OTEL_"))}
+    env["PATH"] = f"{INFERD.parent}{os.pathsep}{env.get('PATH', '')}"
+    made = _run(["inferd", "make-examples", str(tmp_path / "models")], env)
+    assert made.returncode == 0, made
+    runtime = next(
+        d
+        for d in yaml.safe_load_all(manifest("kserve.yaml").read_text())
+        if d["kind"] == "ServingRuntime"
+    )
+    (container,) = runtime["spec"]["containers"]
+    http_port, grpc_port = _free_port(), _free_port()
+    moved = {
+        "--model-store=/mnt/models": f"--model-store={tmp_path / 'models'}",
+        "--http-port=8080": f"--http-port={http_port}",
+        "--grpc-port=9000": f"--grpc-port={grpc_port}",
+    }
+    args = [moved.get(a, a) for a in container["args"]]
+    assert args[0] == "tritonserver" and len(set(args) & set(moved.values())) == 3
+    # The metrics port too: another server may hold inferd's default.
+    args.append(f"--metrics-port={_free_port()}")
+    probes = [container[p]["httpGet"]["path"] for p in ("readinessProbe", "livenessProbe")]
+    fleet = next(
+        d
+        for d in yaml.safe_load_all(manifest("fleet.yaml").read_text())
+        if d["kind"] == "Deployment"
+    )
+    (inferd,) = fleet["spec"]["template"]["spec"]["containers"]
+    probes.append(inferd["livenessProbe"]["httpGet"]["path"])
+    assert set(probes) == {"/v2/health/ready", "/v2/health/live"}
+
+    log_path = tmp_path / "server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            ["sh", str(DEPLOY / "entrypoint.sh"), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while _http_ready(http_port) != 200:
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        for path in probes:
+            assert _http_status(http_port, path) == 200, path
+        health = _run(["inferd", "health", "--address", f"127.0.0.1:{grpc_port}"], env)
+        assert health.returncode == 0, health
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30 + cli.EXIT_MARGIN_S + 10)
+    assert code == 0, log_path.read_text()
+
+
+def _http_ready(port: int) -> int:
+    """/v2/health/ready's status, or 0 while nothing listens on the port yet."""
+    try:
+        return _http_status(port, "/v2/health/ready")
+    except (ConnectionError, urllib.error.URLError):
+        return 0
