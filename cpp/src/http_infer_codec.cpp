@@ -8,10 +8,13 @@
 #include <rapidjson/error/en.h>
 #include <rapidjson/reader.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <system_error>
 #include <type_traits>
 
 #include "inferd/datatype_names.h"
@@ -27,9 +30,15 @@ using request_messages::invalid;
 using request_messages::quoted;
 using request_messages::shape_text;
 
-// In place: the JSON's strings are decoded inside the text and viewed from there.
-constexpr unsigned kParseFlags = rapidjson::kParseIterativeFlag | rapidjson::kParseInsituFlag |
-                                 rapidjson::kParseValidateEncodingFlag | rapidjson::kParseFullPrecisionFlag;
+// In place: the JSON's strings are decoded inside the text and viewed from there. The text is
+// checked to be UTF-8 before the parse, not by the reader (kParseValidateEncodingFlag): RapidJSON
+// 1.1.0's check reads past the end of the text when it ends inside a multi-byte sequence (found
+// by http_request_fuzzer; cpp/fuzz/http-corpus/crash-rapidjson-utf8-past-the-end). Numbers come
+// as their text (RawNumber) and are converted by std::from_chars, correctly rounded: RapidJSON
+// 1.1.0's own full-precision conversion is undefined behaviour for a zero with a large exponent
+// ("0e-300": clz of 0), and its default one is not exact.
+constexpr unsigned kParseFlags =
+    rapidjson::kParseIterativeFlag | rapidjson::kParseInsituFlag | rapidjson::kParseNumbersAsStringsFlag;
 
 // Forwards the reader's events to a Document, stopping the parse once arrays and objects nest
 // deeper than `max_depth`: a body of 100,000 nested arrays costs 65 values, not 100,000.
@@ -40,6 +49,7 @@ class DepthLimitedHandler {
   // A string whose escapes decode to what UTF-8 cannot hold (a lone surrogate, "\udc00"): the
   // reader validates the bytes it reads, not the code points it decodes.
   bool not_utf8() const { return not_utf8_; }
+  bool out_of_range() const { return out_of_range_; }
 
   bool Null() { return document_->Null(); }
   bool Bool(bool b) { return document_->Bool(b); }
@@ -48,7 +58,27 @@ class DepthLimitedHandler {
   bool Int64(int64_t i) { return document_->Int64(i); }
   bool Uint64(uint64_t i) { return document_->Uint64(i); }
   bool Double(double d) { return document_->Double(d); }
-  bool RawNumber(const char* str, SizeType length, bool copy) { return document_->RawNumber(str, length, copy); }
+  // A number's text, as the reader checked it (-?int(.frac)?([eE][+-]?digits)?): an integer
+  // that int64 or uint64 holds as that, any other as the nearest double, as RapidJSON's own
+  // events would give it. Past a double's range (either way) the parse stops.
+  bool RawNumber(const char* str, SizeType length, bool) {
+    const char* end = str + length;
+    if (std::find_if(str, end, [](char c) { return c == '.' || c == 'e' || c == 'E'; }) == end) {
+      if (*str == '-') {
+        int64_t i = 0;
+        const auto result = std::from_chars(str, end, i);
+        if (result.ec == std::errc() && result.ptr == end) return document_->Int64(i);
+      } else {
+        uint64_t u = 0;
+        const auto result = std::from_chars(str, end, u);
+        if (result.ec == std::errc() && result.ptr == end) return document_->Uint64(u);
+      }
+    }
+    double d = 0;
+    const auto result = std::from_chars(str, end, d);
+    out_of_range_ = result.ec != std::errc() || result.ptr != end;
+    return !out_of_range_ && document_->Double(d);
+  }
   bool String(const char* str, SizeType length, bool copy) {
     return utf8(str, length) && document_->String(str, length, copy);
   }
@@ -80,10 +110,12 @@ class DepthLimitedHandler {
   size_t depth_ = 0;
   bool exceeded_ = false;
   bool not_utf8_ = false;
+  bool out_of_range_ = false;
 };
 
 // Parses the NUL-terminated `text` (`length` bytes before the NUL) in place into `document`.
 Status parse_json(char* text, size_t length, size_t max_depth, Document* document) {
+  if (!is_valid_utf8(std::string_view(text, length))) return invalid("malformed JSON: the text is not UTF-8");
   rapidjson::InsituStringStream stream(text);
   DepthLimitedHandler handler(document, max_depth);
   rapidjson::Reader reader;
@@ -100,6 +132,10 @@ Status parse_json(char* text, size_t length, size_t max_depth, Document* documen
   if (handler.not_utf8()) {
     return invalid("malformed JSON at byte " + std::to_string(result.Offset()) +
                    ": a string's escapes decode to text that is not UTF-8 (a lone surrogate)");
+  }
+  if (handler.out_of_range()) {
+    return invalid("malformed JSON at byte " + std::to_string(result.Offset()) +
+                   ": a number beyond what a double holds (too large or too small)");
   }
   if (result.IsError()) {
     return invalid(std::string("malformed JSON at byte ") + std::to_string(result.Offset()) + ": " +

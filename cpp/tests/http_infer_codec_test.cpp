@@ -145,13 +145,23 @@ TEST(HttpDecode, ValuesMustFitTheirDatatype) {
   EXPECT_EQ(refusal(one_input("FP64", "[1]", "[1e400]")),
             "malformed JSON at byte 61: Number too big to be stored in double.");
   EXPECT_EQ(refusal(one_input("FP64", "[1]", "[NaN]")), "malformed JSON at byte 61: Invalid value.");
+  EXPECT_EQ(refusal(one_input("FP64", "[1]", "[1.8e308]")),
+            "malformed JSON at byte 61: a number beyond what a double holds (too large or too small)");
+  EXPECT_EQ(refusal(one_input("FP64", "[1]", "[1e-400]")),
+            "malformed JSON at byte 61: a number beyond what a double holds (too large or too small)");
+  // Zero with any exponent is zero (RapidJSON's own conversion is undefined behaviour there).
+  EXPECT_EQ(decoded_bytes(one_input("FP64", "[2]", "[0e-300,-0.0]")), le(0.0) + le(-0.0));
+  EXPECT_EQ(decoded_bytes(one_input("FP64", "[1]", "[5e-324]")), le(5e-324));
+  EXPECT_EQ(decoded_bytes(one_input("INT64", "[1]", "[-0]")), le<int64_t>(0));
 }
 
 TEST(HttpDecode, RefusesMalformedAndTooDeepJsonNamingTheLimit) {
   EXPECT_EQ(refusal(R"({"inputs":[)"), "malformed JSON at byte 11: Invalid value.");
   EXPECT_EQ(refusal(""), "malformed JSON at byte 0: The document is empty.");
   EXPECT_EQ(refusal("{} {}"), "malformed JSON at byte 3: The document root must not be followed by other values.");
-  EXPECT_EQ(refusal("{\"id\":\"\xff\"}"), "malformed JSON at byte 7: Invalid encoding in string.");
+  EXPECT_EQ(refusal("{\"id\":\"\xff\"}"), "malformed JSON: the text is not UTF-8");
+  // Ending inside a multi-byte sequence (RapidJSON's own check would read past the end).
+  EXPECT_EQ(refusal("{\"id\":\"\xf4"), "malformed JSON: the text is not UTF-8");
   EXPECT_EQ(refusal(std::string("{\"id\":\"a\"}\0{", 12)), "malformed JSON at byte 10: a NUL byte in the JSON");
   EXPECT_EQ(refusal(R"({"id":"\udc00"})"),
             "malformed JSON at byte 14: a string's escapes decode to text that is not UTF-8 (a lone surrogate)");
