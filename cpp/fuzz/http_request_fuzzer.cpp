@@ -247,8 +247,10 @@ void check_answer(const inferd::InferenceRequest& request, const std::vector<inf
     return;
   }
   FUZZ_CHECK(json_length <= answer.size());
+  // Full precision: the numbers must read back exactly to be written again exactly (our writer
+  // writes no zero with an exponent, where RapidJSON's full-precision conversion is UB).
   rapidjson::Document document;
-  document.Parse(answer.data(), json_length);
+  document.Parse<rapidjson::kParseFullPrecisionFlag | rapidjson::kParseNanAndInfFlag>(answer.data(), json_length);
   FUZZ_CHECK(!document.HasParseError() && document.IsObject());
   FUZZ_CHECK(document.HasMember("outputs") && document["outputs"].IsArray());
   FUZZ_CHECK(document.HasMember("parameters") == final_response.has_value());
