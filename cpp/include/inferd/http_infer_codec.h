@@ -24,8 +24,10 @@ namespace inferd {
 // Bounds on what a decoded request may hold, checked while decoding, before any buffer is sized by
 // what the request claims.
 struct HttpDecodeLimits {
-  // Objects and arrays nested in the JSON (the document itself is depth 1). A request's own
-  // structure needs 4 plus the dims of its most nested `data`.
+  // Objects and arrays nested in the JSON (the document itself is depth 1), checked while the
+  // parse runs: past it the parse stops, so a body of 100,000 nested arrays costs 65 values. A
+  // request's own structure needs 4 (an input's `parameters`), an input's `data` 3 plus its dims.
+  // The walk over a `data` recurses at most this deep.
   size_t max_json_depth = 64;
 };
 
@@ -40,7 +42,7 @@ struct HttpAnswerFormat {
 };
 
 // A decoded HTTP inference request. `parsed` views `body` (the JSON's strings are decoded in
-// place), the binary section of `body`, and buffers owned here (JSON `data` converted to the
+// place) or `header_copy`, the binary section of `body`, and buffers owned here (JSON `data` converted to the
 // tensor's raw bytes, little-endian; BYTES as 4-byte length-prefixed elements). Pass the whole
 // object (shared) as build_inference_request's `owner`: it keeps every view alive. The HTTP-only
 // parameters (`binary_data_output`, `binary_data_size`, `binary_data`) are taken out of `parsed`
@@ -51,7 +53,7 @@ struct HttpInferRequest {
   std::shared_ptr<std::string> body;
   ParsedInferRequest parsed;
   HttpAnswerFormat format;
-  std::vector<std::unique_ptr<std::string>> converted;  // JSON data as raw bytes, one per input
+  std::vector<std::unique_ptr<std::string>> converted;  // JSON data as raw bytes, one per such input
   std::string header_copy;  // the JSON header, when a binary section follows it (parsed in place here)
 };
 
