@@ -4,6 +4,7 @@
 // endpoint answers it (HttpResponder): what the HTTP transport's parts pass between them.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,10 @@ class HttpResponder {
   // One event's data (a JSON object, on one line): written as "data: <json>\n\n".
   virtual void event(std::string data) = 0;
   virtual void end_events() = 0;
+  // `callback` runs (once, on the connection's strand) if the connection closes before this
+  // request's answer is written: the client went away, or stopped reading its events. Set on the
+  // strand that handles the request (the endpoint's own thread), before anything is answered.
+  virtual void when_gone(std::function<void()> callback) = 0;
 };
 
 }  // namespace inferd

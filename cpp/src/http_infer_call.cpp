@@ -83,11 +83,49 @@ bool json_length_of(const HttpRequest& request, std::optional<size_t>* out, Stat
 
 }  // namespace
 
+void serve_unrouted_inference(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint,
+                              HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  // Python answers in its registry's words why there is no such model or version to run.
+  inference::ModelInferRequest ask;
+  ask.set_model_name(endpoint.model);
+  ask.set_model_version(endpoint.version);
+  forward_to_backend(
+      shared, "/inference.GRPCInferenceService/ModelInfer", std::move(request), ask, std::move(responder),
+      [](std::string_view) {
+        return error_answer(Status::Error(StatusCode::kUnavailable, "the model became available meanwhile; retry"));
+      });
+}
+
+uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
+                               const std::shared_ptr<const ModelRoute>& route,
+                               const std::shared_ptr<HttpInferRequest>& decoded, bool unix_socket,
+                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder) {
+  const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
+  if (scheduler == nullptr) {
+    responder->answer(error_answer(Status::Error(StatusCode::kUnavailable, "the model is being unloaded")));
+    return 0;
+  }
+  auto core_request = std::make_unique<InferenceRequest>();
+  const uint64_t token = shared->transport->next_token();
+  core_request->token = token;
+  Status status = build_inference_request(route->signature, decoded->parsed, decoded, core_request.get(),
+                                          shared->shared_memory_for(unix_socket));
+  if (status.ok()) {
+    core_request->sink = std::move(sink);
+    status = scheduler->submit(std::move(core_request));  // refused: still ours, and dropped here
+  }
+  if (!status.ok()) {
+    record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr);
+    responder->answer(error_answer(status));
+    return 0;
+  }
+  return token;
+}
+
 void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint, HttpRequest request,
                           std::shared_ptr<HttpResponder> responder) {
   if (endpoint.kind != HttpEndpointKind::kInfer) {
-    return responder->answer(error_answer(Status::Error(
-        StatusCode::kUnimplemented, "generate and generate_stream are not served over HTTP yet; use infer")));
+    return serve_generate_endpoint(shared, endpoint, std::move(request), std::move(responder));
   }
   std::optional<size_t> json_length;
   Status status;
@@ -104,35 +142,10 @@ void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpE
   const std::shared_ptr<const ServingSnapshot> snapshot = shared->transport->state.current();
   std::shared_ptr<const ModelRoute> route =
       snapshot->find(decoded->parsed.model_name, decoded->parsed.model_version, routing);
-  if (route == nullptr) {
-    // Python answers in its registry's words why there is no such model or version to run.
-    inference::ModelInferRequest ask;
-    ask.set_model_name(endpoint.model);
-    ask.set_model_version(endpoint.version);
-    return forward_to_backend(
-        shared, endpoint.grpc_method, std::move(request), ask, std::move(responder), [](std::string_view) {
-          return error_answer(Status::Error(StatusCode::kUnavailable, "the model became available meanwhile; retry"));
-        });
-  }
-  const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
-  if (scheduler == nullptr) {
-    return responder->answer(error_answer(Status::Error(StatusCode::kUnavailable, "the model is being unloaded")));
-  }
-  auto core_request = std::make_unique<InferenceRequest>();
-  core_request->token = shared->transport->next_token();
-  status = build_inference_request(route->signature, decoded->parsed, decoded, core_request.get(),
-                                   shared->shared_memory_for(request.unix_socket));
-  if (!status.ok()) {
-    record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr);
-    return responder->answer(error_answer(status));
-  }
+  if (route == nullptr) return serve_unrouted_inference(shared, endpoint, std::move(request), std::move(responder));
+  const bool unix_socket = request.unix_socket;
   auto call = std::make_shared<HttpInferCall>(shared, route, decoded, std::move(request), responder);
-  core_request->sink = call;
-  status = scheduler->submit(std::move(core_request));
-  if (!status.ok()) {
-    record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr);
-    responder->answer(error_answer(status));
-  }
+  submit_http_inference(shared, route, decoded, unix_socket, std::move(call), std::move(responder));
 }
 
 }  // namespace inferd

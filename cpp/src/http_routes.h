@@ -10,6 +10,7 @@
 
 #include "http_exchange.h"
 #include "http_shared.h"
+#include "inferd/http_infer_codec.h"
 #include "inferd/status.h"
 
 namespace google::protobuf {
@@ -85,5 +86,19 @@ void serve_forwarded_endpoint(const std::shared_ptr<HttpShared>& shared, const H
                               HttpRequest request, std::shared_ptr<HttpResponder> responder);
 void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint, HttpRequest request,
                           std::shared_ptr<HttpResponder> responder);
+void serve_generate_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint,
+                             HttpRequest request, std::shared_ptr<HttpResponder> responder);
+
+// Shared by the inference endpoints (http_infer_call.cpp). A request the snapshot has no route
+// for: Python answers why (unknown model or version, not ready), in its registry's words.
+void serve_unrouted_inference(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint,
+                              HttpRequest request, std::shared_ptr<HttpResponder> responder);
+// Builds `decoded` against the route's model and hands it to its scheduler with `sink`: its
+// token, or 0 when it was refused, which is answered here (and counted as the version's failure).
+// `unix_socket`: the request's connection, which decides whether it may name shared memory.
+uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
+                               const std::shared_ptr<const ModelRoute>& route,
+                               const std::shared_ptr<HttpInferRequest>& decoded, bool unix_socket,
+                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder);
 
 }  // namespace inferd

@@ -116,6 +116,7 @@ class Session final : public HttpConnection,
       self->queue_chunk("data: " + data + "\n\n");
     });
   }
+  void when_gone(std::function<void()> callback) override { gone_ = std::move(callback); }
   void end_events() override {
     shared_->post(stream_.get_executor(), [self = this->shared_from_this()] {
       self->events_ended_ = true;
@@ -302,6 +303,7 @@ class Session final : public HttpConnection,
     response->keep_alive(!close_after_);
     response->prepare_payload();
     lowest().expires_after(ms(shared_->options.idle_timeout_ms));  // a client that does not read
+    gone_ = nullptr;  // answered: what happens to the connection now is no news to the request
     http::async_write(stream_, *response, [self = this->shared_from_this(), response](beast::error_code ec, size_t) {
       self->in_flight_ = false;
       if (ec || self->close_after_) return self->close();
@@ -326,7 +328,9 @@ class Session final : public HttpConnection,
     queue_raw(std::string(size, static_cast<size_t>(n)) + data + "\r\n");
   }
   void queue_raw(std::string bytes) {
-    if (!events_started_) return;
+    if (!events_started_ || closed_) return;
+    outbox_bytes_ += bytes.size();
+    if (outbox_bytes_ > max_outbox_bytes()) return close();  // a client that does not read its events
     outbox_.push_back(std::move(bytes));
     if (outbox_.size() == 1) write_outbox();
   }
@@ -338,20 +342,29 @@ class Session final : public HttpConnection,
                           self->outbox_.clear();
                           return self->close();
                         }
+                        self->outbox_bytes_ -= self->outbox_.front().size();
                         self->outbox_.pop_front();
                         if (!self->outbox_.empty()) return self->write_outbox();
                         if (!self->events_ended_) return;
                         self->events_started_ = false;
                         self->events_ended_ = false;
                         self->in_flight_ = false;
+                        self->gone_ = nullptr;
                         if (self->close_after_) return self->close();
                         self->read_next();
                       });
   }
 
+  // Event bytes a connection may hold unsent: the gRPC stream's bound (--stream-max-pending-bytes).
+  uint64_t max_outbox_bytes() const {
+    const uint64_t limit = shared_->transport->max_stream_pending_bytes;
+    return limit == 0 ? UINT64_MAX : limit;
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
+    if (gone_) std::exchange(gone_, nullptr)();
     beast::error_code ignored;
     lowest().socket().shutdown(asio::socket_base::shutdown_both, ignored);
     lowest().close();
@@ -374,6 +387,8 @@ class Session final : public HttpConnection,
   bool events_ended_ = false;
   std::string accept_encoding_;
   std::deque<std::string> outbox_;  // event bytes to write, in order
+  uint64_t outbox_bytes_ = 0;
+  std::function<void()> gone_;  // the request in flight's, until it is answered
 };
 
 template <class Stream>

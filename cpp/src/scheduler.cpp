@@ -39,8 +39,9 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
       (request->sink == nullptr || !request->sink->streams_responses())) {
     return Status::Error(StatusCode::kUnimplemented,
                          "model '" + options_.model_name +
-                             "' is decoupled (model_transaction_policy { decoupled: true }): ModelInfer answers one "
-                             "response per request; use ModelStreamInfer");
+                             "' is decoupled (model_transaction_policy { decoupled: true }): ModelInfer and HTTP "
+                             "infer answer one response per request; use ModelStreamInfer (gRPC) or "
+                             "generate_stream (HTTP)");
   }
   for (size_t i = 0; !request->checked && i < request->inputs.size(); ++i) {
     Status valid = validate_tensor(request->inputs[i]);
