@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "http_generate.h"
 #include "http_routes.h"
 #include "inferd/http_infer_codec.h"
 #include "inferd/model_signature.h"
@@ -93,7 +94,6 @@ void write_flat(const rapidjson::Value& value, JsonWriter* writer) {
 
 }  // namespace
 
-// The v2 infer request a generate request stands for, given the model it goes to.
 Status generate_to_infer_json(const std::string& body, const ModelSignature& model, size_t max_depth,
                               std::string* out) {
   rapidjson::Document document;
@@ -172,8 +172,6 @@ Status generate_to_infer_json(const std::string& body, const ModelSignature& mod
   return Status::Ok();
 }
 
-// A v2 infer answer (all outputs as JSON) as a generate answer: model_name, model_version, and
-// each output as a field, its one element as a value, or its elements as a flat array.
 Status infer_answer_to_generate_json(const std::string& answer, std::string* out) {
   rapidjson::Document document;
   document.Parse<rapidjson::kParseIterativeFlag>(answer.data(), answer.size());
