@@ -174,18 +174,20 @@ grpc::Status AccessPolicy::check(std::string_view method, std::string_view peer,
     if (on_tcp && !shared_memory_on_tcp_) {
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                           std::string(method.substr(kInferenceService.size())) +
-                              " is answered only on the Unix socket (--grpc-unix-socket): a region is the client's "
+                              " is answered only on the Unix sockets (--grpc-unix-socket, --http-unix-socket): a "
+                              "region is the client's "
                               "memory; start the server with --shared-memory-listeners all to answer it on TCP");
     }
     return grpc::Status::OK;
   }
   if (!restricted && !control_on_tcp_ && is_control_method(method) && on_tcp) {
     const std::string_view name = method.substr(kInferenceService.size());
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        std::string(name) +
-                            " is answered only on the Unix socket (--grpc-unix-socket); to answer it on TCP, "
-                            "start the server with --grpc-control-on-tcp, or protect its group '" +
-                            std::string(group) + "' with --grpc-restricted-protocol");
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        std::string(name) +
+            " is answered only on the Unix sockets (--grpc-unix-socket, --http-unix-socket); to answer it on TCP, "
+            "start the server with --grpc-control-on-tcp, or protect its group '" +
+            std::string(group) + "' with --grpc-restricted-protocol");
   }
   return grpc::Status::OK;
 }

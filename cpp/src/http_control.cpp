@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "grpc_service.pb.h"
+#include "http_json_parse.h"
 #include "http_routes.h"
 #include "inferd/grpc_status.h"
 #include "inferd/http_infer_codec.h"
@@ -208,19 +209,20 @@ HttpAnswer json_answer(std::string body) {
 
 // --- request bodies ---------------------------------------------------------------------------
 
-// The body as a JSON object; an empty body is an empty object. false with the answer to send.
-bool parse_object(const HttpRequest& request, rapidjson::Document* document, HttpAnswer* refused) {
-  const std::string& body = *request.body;
+// The body as a JSON object (parsed in place, within --http-max-json-depth); an empty body is an
+// empty object. false with the answer to send.
+bool parse_object(HttpRequest& request, size_t max_depth, rapidjson::Document* document, HttpAnswer* refused) {
+  std::string& body = *request.body;
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) {
     document->SetObject();
     return true;
   }
-  document->Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
-  if (document->HasParseError() || !document->IsObject()) {
-    *refused = error_answer(Status::Error(
-        StatusCode::kInvalidArgument, document->HasParseError() ? "the request body is not valid JSON (at byte " +
-                                                                      std::to_string(document->GetErrorOffset()) + ")"
-                                                                : "the request body must be a JSON object"));
+  Status status = parse_json_in_place(body.data(), body.size(), max_depth, document);
+  if (status.ok() && !document->IsObject()) {
+    status = Status::Error(StatusCode::kInvalidArgument, "the request body must be a JSON object");
+  }
+  if (!status.ok()) {
+    *refused = error_answer(status);
     return false;
   }
   return true;
@@ -485,7 +487,7 @@ void serve_forwarded_endpoint(const std::shared_ptr<HttpShared>& shared, const H
                               HttpRequest request, std::shared_ptr<HttpResponder> responder) {
   rapidjson::Document body;
   HttpAnswer refused;
-  if (request.method == HttpMethod::kPost && !parse_object(request, &body, &refused)) {
+  if (request.method == HttpMethod::kPost && !parse_object(request, shared->options.max_json_depth, &body, &refused)) {
     return responder->answer(std::move(refused));
   }
   auto refuse = [&](const Status& status) { responder->answer(error_answer(status)); };

@@ -4,6 +4,8 @@
 // the request is checked and batched as any inference; each answer is the infer answer with its
 // outputs lifted to fields. generate_stream sends each response as a Server-Sent Event.
 
+#include "http_generate.h"
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -16,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "http_generate.h"
+#include "http_json_parse.h"
 #include "http_routes.h"
 #include "inferd/http_infer_codec.h"
 #include "inferd/model_signature.h"
@@ -94,13 +96,12 @@ void write_flat(const rapidjson::Value& value, JsonWriter* writer) {
 
 }  // namespace
 
-Status generate_to_infer_json(const std::string& body, const ModelSignature& model, size_t max_depth,
-                              std::string* out) {
+Status generate_to_infer_json(std::string* body, const ModelSignature& model, size_t max_depth, std::string* out) {
   rapidjson::Document document;
-  document.Parse<rapidjson::kParseIterativeFlag>(body.data(), body.size());
-  if (document.HasParseError() || !document.IsObject()) {
-    return invalid("the generate request must be a JSON object");
+  if (Status parsed = parse_json_in_place(body->data(), body->size(), max_depth, &document); !parsed.ok()) {
+    return parsed;
   }
+  if (!document.IsObject()) return invalid("the generate request must be a JSON object");
   rapidjson::StringBuffer buffer;
   JsonWriter writer(buffer);
   writer.StartObject();
@@ -311,7 +312,8 @@ void serve_generate_endpoint(const std::shared_ptr<HttpShared>& shared, const Ht
     return serve_unrouted_inference(shared, endpoint, std::move(request), std::move(responder));
   }
   std::string infer_json;
-  Status status = generate_to_infer_json(*request.body, *route->signature, shared->options.max_json_depth, &infer_json);
+  Status status =
+      generate_to_infer_json(request.body.get(), *route->signature, shared->options.max_json_depth, &infer_json);
   if (!status.ok()) return responder->answer(error_answer(status));
   HttpDecodeLimits limits;
   limits.max_json_depth = shared->options.max_json_depth;

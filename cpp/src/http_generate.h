@@ -14,10 +14,10 @@ namespace inferd {
 // field naming an input becomes that input (its datatype, its dims with a -1 taking the value's
 // element count, behind a batch of 1 when the model batches; nested arrays flattened), `id` the
 // id, and the other fields and `parameters`' entries the request's parameters (strings, numbers or
-// bools). INVALID_ARGUMENT for a body that is not a JSON object, a value nested past `max_depth`,
-// or a parameter of another kind. Never recurses on the request's nesting.
-Status generate_to_infer_json(const std::string& body, const ModelSignature& model, size_t max_depth,
-                              std::string* out);
+// bools). INVALID_ARGUMENT for a body that is not a JSON object (parsed in place, within
+// `max_depth`: parse_json_in_place), or a parameter of another kind. Never recurses on the
+// request's nesting.
+Status generate_to_infer_json(std::string* body, const ModelSignature& model, size_t max_depth, std::string* out);
 
 // A v2 infer answer (its outputs as JSON data) as a generate answer: model_name, model_version,
 // id when there is one, and each output as a field (its one element as a value, its elements as a

@@ -3,6 +3,8 @@
 // ModelInfer: route, build_inference_request, the version's scheduler, and the answer encoded as
 // Triton's JSON with its binary section.
 
+#include <algorithm>
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +14,7 @@
 #include "http_routes.h"
 #include "inferd/http_infer_codec.h"
 #include "inferd/model_signature.h"
+#include "inferd/request_observation.h"
 #include "inferd/version_routing.h"
 
 namespace inferd {
@@ -23,12 +26,17 @@ namespace {
 class HttpInferCall final : public CompletionSink {
  public:
   HttpInferCall(std::shared_ptr<HttpShared> shared, std::shared_ptr<const ModelRoute> route,
-                std::shared_ptr<HttpInferRequest> decoded, HttpRequest http, std::shared_ptr<HttpResponder> responder)
+                std::shared_ptr<HttpInferRequest> decoded, HttpRequest http, std::shared_ptr<HttpResponder> responder,
+                std::unique_ptr<ObservedRequest> observation)
       : shared_(std::move(shared)),
         route_(std::move(route)),
         decoded_(std::move(decoded)),
         http_(std::move(http)),
-        responder_(std::move(responder)) {}
+        responder_(std::move(responder)),
+        observation_(std::move(observation)) {}
+
+  // The record of a request the core refused before it ran (the call is then dropped).
+  void refused(const Status& status) { report(status, nullptr); }
 
   void complete(Completion&& completion) override {
     Status status = completion.status;
@@ -38,6 +46,7 @@ class HttpInferCall final : public CompletionSink {
       status = encode_http_infer_response(*completion.request, completion.outputs, decoded_->format, &answer.body,
                                           &json_length);
     }
+    report(status, &completion.timing);
     if (!status.ok()) {
       record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr);
       return responder_->answer(error_answer(status));
@@ -50,12 +59,55 @@ class HttpInferCall final : public CompletionSink {
   }
 
  private:
+  // An observed request's record goes to Python before its answer (see grpc_infer_call.cpp).
+  void report(const Status& status, RequestTiming* timing) {
+    finish_observation(*shared_->transport->observations, std::move(observation_), status, timing, status.ok() ? 1 : 0);
+  }
+
   const std::shared_ptr<HttpShared> shared_;
   const std::shared_ptr<const ModelRoute> route_;
   const std::shared_ptr<HttpInferRequest> decoded_;
   const HttpRequest http_;  // its reservation: the body's bytes, until the core lets the request go
   const std::shared_ptr<HttpResponder> responder_;
+  std::unique_ptr<ObservedRequest> observation_;  // null unless Python observes it; sent once
 };
+
+// Headers that are HTTP's own, not the caller's metadata: an observed request's record carries
+// the others (traceparent among them), as a gRPC call's carries its metadata.
+bool is_http_header(std::string_view name) {
+  static const std::array<std::string_view, 12> kOwn{"host",
+                                                     "connection",
+                                                     "content-length",
+                                                     "content-type",
+                                                     "content-encoding",
+                                                     "accept-encoding",
+                                                     "transfer-encoding",
+                                                     "expect",
+                                                     "user-agent",
+                                                     "accept",
+                                                     "keep-alive",
+                                                     "inference-header-content-length"};
+  return std::find(kOwn.begin(), kOwn.end(), name) != kOwn.end();
+}
+
+// The observation of an HTTP inference (see begin_observation): null when nobody observes it.
+std::unique_ptr<ObservedRequest> begin_http_observation(const ServingSnapshot& snapshot, const ModelRoute& route,
+                                                        const HttpRequest& request, std::string_view id,
+                                                        Clock::time_point received) {
+  const std::optional<std::string_view> traceparent = request.header("traceparent");
+  const TraceSampling& tracing = snapshot.tracing_for(route.model);
+  const bool sampled = tracing.enabled && tracing.traced(traceparent.value_or(""));
+  if (!sampled && !snapshot.observe_inference) return nullptr;
+  auto observed = std::make_unique<ObservedRequest>();
+  observed->model = route.model;
+  observed->version = route.version;
+  observed->id = std::string(id);
+  observed->sampled = sampled;
+  observed->received = received;
+  for (const auto& [name, value] : request.headers)
+    if (!is_http_header(name)) observed->metadata.emplace_back(name, value);
+  return observed;
+}
 
 // Inference-Header-Content-Length: absent (the whole body is JSON), or a length within the body.
 bool json_length_of(const HttpRequest& request, std::optional<size_t>* out, Status* refused) {
@@ -99,10 +151,13 @@ void serve_unrouted_inference(const std::shared_ptr<HttpShared>& shared, const H
 uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
                                const std::shared_ptr<const ModelRoute>& route,
                                const std::shared_ptr<HttpInferRequest>& decoded, bool unix_socket,
-                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder) {
+                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder,
+                               Status* refusal) {
   const std::shared_ptr<RequestScheduler> scheduler = route->scheduler.lock();  // the snapshot owns it
   if (scheduler == nullptr) {
-    responder->answer(error_answer(Status::Error(StatusCode::kUnavailable, "the model is being unloaded")));
+    const Status gone = Status::Error(StatusCode::kUnavailable, "the model is being unloaded");
+    if (refusal != nullptr) *refusal = gone;
+    responder->answer(error_answer(gone));
     return 0;
   }
   auto core_request = std::make_unique<InferenceRequest>();
@@ -116,6 +171,7 @@ uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
   }
   if (!status.ok()) {
     record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr);
+    if (refusal != nullptr) *refusal = status;
     responder->answer(error_answer(status));
     return 0;
   }
@@ -127,6 +183,7 @@ void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpE
   if (endpoint.kind != HttpEndpointKind::kInfer) {
     return serve_generate_endpoint(shared, endpoint, std::move(request), std::move(responder));
   }
+  const Clock::time_point received_at = Clock::now();
   std::optional<size_t> json_length;
   Status status;
   if (!json_length_of(request, &json_length, &status)) return responder->answer(error_answer(status));
@@ -143,9 +200,17 @@ void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpE
   std::shared_ptr<const ModelRoute> route =
       snapshot->find(decoded->parsed.model_name, decoded->parsed.model_version, routing);
   if (route == nullptr) return serve_unrouted_inference(shared, endpoint, std::move(request), std::move(responder));
+  // Traced by the snapshot's sampler, as gRPC's are (a sampler only Python can apply,
+  // forward_inference, is not applied to HTTP: such requests run untraced).
+  std::unique_ptr<ObservedRequest> observation =
+      begin_http_observation(*snapshot, *route, request, decoded->parsed.id, received_at);
   const bool unix_socket = request.unix_socket;
-  auto call = std::make_shared<HttpInferCall>(shared, route, decoded, std::move(request), responder);
-  submit_http_inference(shared, route, decoded, unix_socket, std::move(call), std::move(responder));
+  auto call =
+      std::make_shared<HttpInferCall>(shared, route, decoded, std::move(request), responder, std::move(observation));
+  Status refusal;
+  if (submit_http_inference(shared, route, decoded, unix_socket, call, std::move(responder), &refusal) == 0) {
+    call->refused(refusal);
+  }
 }
 
 }  // namespace inferd

@@ -96,9 +96,11 @@ void serve_unrouted_inference(const std::shared_ptr<HttpShared>& shared, const H
 // Builds `decoded` against the route's model and hands it to its scheduler with `sink`: its
 // token, or 0 when it was refused, which is answered here (and counted as the version's failure).
 // `unix_socket`: the request's connection, which decides whether it may name shared memory.
+// `refusal`, when given, receives why it was refused.
 uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
                                const std::shared_ptr<const ModelRoute>& route,
                                const std::shared_ptr<HttpInferRequest>& decoded, bool unix_socket,
-                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder);
+                               std::shared_ptr<CompletionSink> sink, std::shared_ptr<HttpResponder> responder,
+                               Status* refusal = nullptr);
 
 }  // namespace inferd
