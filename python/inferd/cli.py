@@ -399,12 +399,12 @@ def _health(args: argparse.Namespace) -> int:
 
 
 _DESCRIPTION = """\
-inferd serves ONNX, TensorRT and Triton python-backend models over gRPC, with the KServe v2 /
-Triton protocol (no HTTP/REST yet): tritonclient and perf_analyzer work unchanged.
+inferd serves ONNX, TensorRT and Triton python-backend models over gRPC and HTTP/REST, with the
+KServe v2 / Triton protocol: tritonclient and perf_analyzer work unchanged on either.
 'inferd COMMAND --help' shows a command's flags; docs/ in the source tree explains them."""
 
 _SERVE_DESCRIPTION = """\
-Serve a model repository (the Triton layout) over gRPC. Every flag is also read from the
+Serve a model repository (the Triton layout) over gRPC and HTTP/REST. Every flag is also read from the
 environment as INFERD_<NAME> (--grpc-port: INFERD_GRPC_PORT); the flag wins. The flags are grouped
 as docs/settings.md describes them. Triton's flags (--model-store, --allow-metrics, ...) are
 taken too: docs/coming-from-triton.md says what inferd does with each."""

@@ -214,8 +214,8 @@ class ServerSettings:
         default=1024,
         metadata=_help(
             CONNECTIONS,
-            "HTTP connections open at once, all clients together; one past it waits to be "
-            "accepted.",
+            "HTTP connections open at once, all clients together; one past it is answered 429 "
+            "and closed before it is read.",
         ),
     )
     http_max_header_bytes: int = field(

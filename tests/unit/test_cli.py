@@ -88,5 +88,5 @@ def test_inferd_help_says_what_inferd_serves_not_how_the_module_is_written(
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     text = capsys.readouterr().out
-    assert "gRPC" in text and "no HTTP/REST yet" in text
+    assert "gRPC and HTTP/REST" in text
     assert "``" not in text  # a docstring's markup: what a developer reads, not a user

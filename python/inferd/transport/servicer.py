@@ -24,10 +24,20 @@ from inferd.shared_memory import PeerCredentials, SharedMemory, SharedMemoryKind
 from inferd.transport import codec
 from inferd.transport.status import answers_errors
 
-# Protocol extensions inferd implements (ServerMetadata.extensions); perf_analyzer reads
-# ModelStatistics only when "statistics" is listed.
-# The shared-memory extensions are added where --shared-memory enables them.
-EXTENSIONS = ["model_configuration", "model_repository", "statistics", "schedule_policy", "trace"]
+# Protocol extensions inferd implements (ServerMetadata.extensions, on both protocols), by
+# Triton's names; perf_analyzer reads ModelStatistics only when "statistics" is listed.
+# binary_tensor_data is HTTP's (the core serves it). The shared-memory extensions are added
+# where --shared-memory enables them.
+EXTENSIONS = [
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "schedule_policy",
+    "trace",
+    "logging",
+    "parameters",
+    "binary_tensor_data",
+]
 
 # Set by the core's server on an inference it forwards from a listener that serves shared memory
 # (--shared-memory-listeners; a client's own header of that name is dropped): only such a request
