@@ -538,6 +538,35 @@ def test_good_requests_answer_alike_over_both_protocols(
         assert got.tolist() == want.tolist()
 
 
+# Calls other than infer that fail the same way over both clients (the session server: model
+# control mode none, shared memory on its Unix socket only).
+BAD_CALLS: dict[str, Callable[[Any], object]] = {
+    "load in mode none": lambda c: c.load_model("simple"),
+    "unload in mode none": lambda c: c.unload_model("simple"),
+    "CUDA shared memory on TCP": lambda c: c.get_cuda_shared_memory_status(),
+    "metadata of an unknown model": lambda c: c.get_model_metadata("no_such_model"),
+    "config of an unknown model": lambda c: c.get_model_config("no_such_model"),
+    "statistics of an unknown model": lambda c: c.get_inference_statistics("no_such_model"),
+    "trace setting of an unknown model": lambda c: c.update_trace_settings(
+        "no_such_model", {"trace_rate": "2"}
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CALLS))
+def test_bad_calls_answer_alike_over_both_protocols(
+    client: grpcclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
+    case: str,
+) -> None:
+    with pytest.raises(InferenceServerException) as over_grpc:
+        BAD_CALLS[case](client)
+    with pytest.raises(InferenceServerException) as over_http:
+        BAD_CALLS[case](http_client)
+    assert over_http.value.message() == over_grpc.value.message()
+    assert over_http.value.status() == http_status_of(str(over_grpc.value.status()))
+
+
 def test_shared_memory_is_refused_on_tcp_as_over_grpc(
     client: grpcclient.InferenceServerClient, http_client: httpclient.InferenceServerClient
 ) -> None:
