@@ -153,6 +153,7 @@ class Server:
     port: int
     command: list[str]
     _drain: threading.Thread | None = None
+    http_port: int | None = None  # inferd's HTTP listener, when the record names one
 
     @property
     def pid(self) -> int:
@@ -191,6 +192,7 @@ def start_server(
     sink: IO[str] | None = log.open("w") if log else None
     seen: list[str] = []
     port: int | None = None
+    http_port: int | None = None
     deadline = time.monotonic() + timeout
     timer = threading.Timer(timeout, process.kill)  # a server that never logs must not hang us
     timer.start()
@@ -203,6 +205,8 @@ def start_server(
                 event = json.loads(line)
                 if event.get("event") == "server started":
                     port = int(event["port"])
+                    if event.get("http_port") is not None:
+                        http_port = int(event["http_port"])
                     break
             if time.monotonic() > deadline:
                 break
@@ -225,13 +229,14 @@ def start_server(
 
     thread = threading.Thread(target=drain, args=(process.stderr,), daemon=True)
     thread.start()
-    return Server(process, port, command, thread)
+    return Server(process, port, command, thread, http_port)
 
 
 def inferd_command(python: str, repository: Path, extra: list[str]) -> list[str]:
     return [
         python, "-m", "inferd", "serve", "--model-repository", str(repository),
-        "--grpc-port", "0", "--host", "127.0.0.1", "--log-format", "json", *extra,
+        "--grpc-port", "0", "--host", "127.0.0.1", "--log-format", "json",
+        "--http-port", "off", *extra,  # HTTP off unless `extra` asks (the last flag wins)
     ]  # fmt: skip
 
 
