@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -24,6 +25,20 @@ bool equals_lowercase(std::string_view text, std::string_view lower) {
 
 // zlib's window bits: gzip's framing (16 + 15), zlib's (15), or either when inflating (32 + 15).
 int window_bits(HttpEncoding encoding) { return encoding == HttpEncoding::kGzip ? 31 : 15; }
+
+// Makes room for `size` bytes in `*out`, its contents kept, without its capacity passing `cap`
+// (`size` <= `cap`): std::string's own growth doubles, which would allocate up to twice the
+// limit. A fresh string's reserve() takes exactly what it is asked for (past its inline 15).
+void grow_within(std::string* out, size_t size, size_t cap) {
+  if (size <= out->capacity()) return;
+  std::string grown;
+  grown.reserve(std::min(cap, std::max(size, 2 * out->capacity())));
+  grown.append(*out);
+  out->swap(grown);
+}
+
+// Empties `*out` and gives its memory back (a refused body's bytes are of no use).
+void release(std::string* out) { std::string().swap(*out); }
 
 }  // namespace
 
@@ -49,12 +64,16 @@ HttpEncoding choose_answer_encoding(std::string_view accept_encoding) {
     accept_encoding = comma == std::string_view::npos ? std::string_view() : accept_encoding.substr(comma + 1);
     double q = 1;
     const size_t semicolon = item.find(';');
-    if (semicolon != std::string_view::npos) {
-      std::string_view parameter = trim(item.substr(semicolon + 1));
+    // Its parameters, any of which may be the weight ("gzip;level=1;q=0" refuses gzip).
+    std::string_view parameters = semicolon == std::string_view::npos ? std::string_view() : item.substr(semicolon + 1);
+    item = item.substr(0, semicolon);
+    while (!parameters.empty()) {
+      const size_t next = parameters.find(';');
+      const std::string_view parameter = trim(parameters.substr(0, next));
+      parameters = next == std::string_view::npos ? std::string_view() : parameters.substr(next + 1);
       if (parameter.size() > 2 && (parameter[0] == 'q' || parameter[0] == 'Q') && parameter[1] == '=') {
         q = std::strtod(std::string(parameter.substr(2)).c_str(), nullptr);
       }
-      item = item.substr(0, semicolon);
     }
     item = trim(item);
     if (equals_lowercase(item, "gzip") || equals_lowercase(item, "x-gzip")) gzip_q = std::max(gzip_q, q);
@@ -96,13 +115,14 @@ Status inflate_body(HttpEncoding encoding, std::string_view in, uint64_t limit, 
   while (result != Z_STREAM_END) {
     if (out->size() >= limit) {
       inflateEnd(&stream);
-      out->clear();
+      release(out);
       return Status::Error(
           StatusCode::kResourceExhausted,
           "the request body inflates past --http-max-decompressed-bytes (" + std::to_string(limit) + " bytes)");
     }
     const size_t room = static_cast<size_t>(std::min<uint64_t>(kStep, limit - out->size()));
     const size_t at = out->size();
+    grow_within(out, at + room, static_cast<size_t>(std::min<uint64_t>(limit, SIZE_MAX)));
     out->resize(at + room);
     stream.next_out = reinterpret_cast<Bytef*>(out->data() + at);
     stream.avail_out = static_cast<uInt>(room);
@@ -111,7 +131,7 @@ Status inflate_body(HttpEncoding encoding, std::string_view in, uint64_t limit, 
     if (result == Z_BUF_ERROR && stream.avail_in == 0) result = Z_DATA_ERROR;  // truncated
     if (result != Z_OK && result != Z_STREAM_END && result != Z_BUF_ERROR) {
       inflateEnd(&stream);
-      out->clear();
+      release(out);
       return Status::Error(StatusCode::kInvalidArgument,
                            std::string("the request body is not valid ") + encoding_name(encoding) + " data");
     }
