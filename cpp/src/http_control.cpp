@@ -8,6 +8,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -368,15 +369,69 @@ std::function<HttpAnswer(std::string_view)> parsed(std::function<HttpAnswer(cons
 
 HttpAnswer metadata_answer(const inference::ModelMetadataResponse& response) { return json_answer(to_json(response)); }
 
+// protobuf's JSON mapping writes 64-bit integers as strings; Triton's config has them as numbers
+// (its ModelConfigToJson fixes each int64 field of ModelConfig: dims, reshape, versions, delays,
+// timeouts, ...). Walks `object` (a `d` as protobuf wrote it) and turns every such string into
+// its number.
+void int64_strings_to_numbers(const pb::Descriptor* d, rapidjson::Value* object) {
+  auto number = [](const pb::FieldDescriptor* field, rapidjson::Value* v) {
+    if (!v->IsString()) return;
+    if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64) {
+      v->SetInt64(std::strtoll(v->GetString(), nullptr, 10));
+    } else {
+      v->SetUint64(std::strtoull(v->GetString(), nullptr, 10));
+    }
+  };
+  auto is_64 = [](const pb::FieldDescriptor* field) {
+    return field->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64 ||
+           field->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64;
+  };
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* field = d->field(i);
+    auto member = object->FindMember(field->name().c_str());
+    if (member == object->MemberEnd()) continue;
+    rapidjson::Value& v = member->value;
+    if (field->is_map()) {
+      const pb::FieldDescriptor* value_field = field->message_type()->map_value();
+      if (!v.IsObject()) continue;
+      for (auto& entry : v.GetObject()) {
+        if (is_64(value_field)) number(value_field, &entry.value);
+        if (value_field->message_type() != nullptr && entry.value.IsObject()) {
+          int64_strings_to_numbers(value_field->message_type(), &entry.value);
+        }
+      }
+    } else if (field->is_repeated() && v.IsArray()) {
+      for (auto& item : v.GetArray()) {
+        if (is_64(field)) number(field, &item);
+        if (field->message_type() != nullptr && item.IsObject()) int64_strings_to_numbers(field->message_type(), &item);
+      }
+    } else if (is_64(field)) {
+      number(field, &v);
+    } else if (field->message_type() != nullptr && v.IsObject()) {
+      int64_strings_to_numbers(field->message_type(), &v);
+    }
+  }
+}
+
 HttpAnswer config_answer(const inference::ModelConfigResponse& response) {
-  // Triton writes the config by protobuf's JSON mapping, under the proto's own field names.
+  // Triton's ModelConfigToJson: protobuf's JSON mapping under the proto's own field names, every
+  // primitive field printed (defaults included), 64-bit integers as numbers.
   std::string json;
   pb::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
   if (!pb::util::MessageToJsonString(response.config(), &json, options).ok()) {
     return error_answer(Status::Error(StatusCode::kInternal, "cannot write the model's config as JSON"));
   }
-  return json_answer(std::move(json));
+  rapidjson::Document document;
+  if (document.Parse(json.data(), json.size()).HasParseError() || !document.IsObject()) {
+    return error_answer(Status::Error(StatusCode::kInternal, "cannot write the model's config as JSON"));
+  }
+  int64_strings_to_numbers(response.config().GetDescriptor(), &document);
+  rapidjson::StringBuffer buffer;
+  JsonWriter writer(buffer);
+  document.Accept(writer);
+  return json_answer(std::string(buffer.GetString(), buffer.GetSize()));
 }
 
 HttpAnswer ready_answer(bool ready) { return HttpAnswer::empty(ready ? 200 : 400); }

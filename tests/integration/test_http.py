@@ -112,6 +112,34 @@ def without_empty(value: Any) -> Any:
     return value
 
 
+def is_default(value: Any) -> bool:
+    """A value protobuf's JSON mapping leaves out and Triton's config JSON prints (its
+    always_print_primitive_fields): zero, false, empty, an enum's name (its zero value is one)."""
+    if isinstance(value, dict):
+        return all(is_default(v) for v in value.values())
+    if isinstance(value, str):
+        return value == "" or value.isupper()
+    return value in (0, False, [])
+
+
+def assert_holds(http: Any, grpc: Any, where: str = "config") -> None:
+    """Every field of the gRPC JSON is in the HTTP JSON with the same value; the HTTP JSON's
+    other fields are defaults."""
+    if isinstance(grpc, dict):
+        assert isinstance(http, dict), where
+        for key, value in grpc.items():
+            assert key in http, f"{where}.{key} missing over HTTP"
+            assert_holds(http[key], value, f"{where}.{key}")
+        extra = {k: v for k, v in http.items() if k not in grpc}
+        assert all(is_default(v) for v in extra.values()), f"{where}: {extra}"
+    elif isinstance(grpc, list):
+        assert isinstance(http, list) and len(http) == len(grpc), where
+        for i, (h, g) in enumerate(zip(http, grpc, strict=True)):
+            assert_holds(h, g, f"{where}[{i}]")
+    else:
+        assert http == grpc, where
+
+
 def int_strings_as_ints(value: Any) -> Any:
     """protobuf's JSON mapping writes int64 as strings, which tritonclient.grpc's as_json keeps
     and Triton's HTTP config writes as numbers: the same value either way."""
@@ -151,9 +179,12 @@ def test_model_metadata_and_config_match_grpc(
     assert all(isinstance(d, int) for i in metadata["inputs"] for d in i["shape"])  # Triton's JSON
     config = http_client.get_model_config(model)
     assert config["name"] == model
-    assert without_empty(int_strings_as_ints(config)) == int_strings_as_ints(
-        client.get_model_config(model, as_json=True)["config"]
+    assert_holds(
+        config, int_strings_as_ints(client.get_model_config(model, as_json=True)["config"])
     )
+    # As Triton's ModelConfigToJson writes it: 64-bit integers as numbers, defaults printed.
+    assert all(isinstance(d, int) for io in config["input"] + config["output"] for d in io["dims"])
+    assert "optional" in config["input"][0]
 
 
 def test_model_ready_and_versions(http_client: httpclient.InferenceServerClient) -> None:
@@ -851,6 +882,16 @@ def test_system_shared_memory_over_http(
             assert "io" in str(unregistered.value.message())
         finally:
             open_http.unregister_system_shared_memory()
+
+
+def test_config_writes_64_bit_fields_as_numbers(
+    open_http: httpclient.InferenceServerClient,
+) -> None:
+    """Triton's config JSON: the queue policy's int64 timeout a number, as the dims are."""
+    batching = open_http.get_model_config(QUEUED_MODEL)["dynamic_batching"]
+    assert batching["default_queue_policy"]["default_timeout_microseconds"] == 60_000_000
+    assert batching["max_queue_delay_microseconds"] == 0
+    assert batching["priority_levels"] == 2
 
 
 def test_load_and_unload_over_http(
