@@ -260,6 +260,7 @@ gpu-carry: system-deps
 		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
 		-d $(GPU_CARRY)/wheels $(GPU_WHEELS)
 	cp -r /usr/src/googletest $(GPU_CARRY)/googletest
+	cp -r /usr/include/rapidjson $(GPU_CARRY)/rapidjson  # header-only: the core's HTTP codec
 	@set -e; g=$(GPU_CARRY)/grpc; r=$$g/root; lib=$$r/usr/lib/x86_64-linux-gnu; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	get() { (cd "$$tmp" && apt-get -q -o APT::Sandbox::User=root download $(GPU_GRPC_DEBS) >/dev/null); }; \

@@ -5,9 +5,9 @@ transport's status rules (the one table from the core's status codes to gRPC's, 
 status message) that Python's gRPC handlers answer by too. Re-exported here so that
 ``inferd.core`` stays the only importer of ``inferd._core``."""
 
+import inferd._core as _core
 from inferd._core import (
     GrpcServer,
-    HttpServer,
     ObservationQueue,
     ObservedRequest,
     SharedMemoryRegistry,
@@ -20,6 +20,10 @@ from inferd._core import (
     set_onnxruntime_logging,
     shown_message,
 )
+
+# A core built without its HTTP transport (INFERD_BUILD_HTTP=OFF: the GPU check's build, on a
+# machine without Boost) has no HttpServer; the listeners then refuse an HTTP port, saying so.
+HttpServer: type[_core.HttpServer] | None = getattr(_core, "HttpServer", None)
 
 __all__ = [
     "GrpcServer",

@@ -42,6 +42,11 @@ class CoreHttpServer:
     """Binds on construction, serves until ``shutdown``."""
 
     def __init__(self, grpc: CoreGrpcServer, options: HttpOptions) -> None:
+        if HttpServer is None:
+            raise OSError(
+                "this inferd's core was built without the HTTP transport (INFERD_BUILD_HTTP=OFF): "
+                "start it with --http-port off (or --allow-http false)"
+            )
         try:
             self._server = HttpServer(
                 grpc.core,
