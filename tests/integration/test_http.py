@@ -413,6 +413,23 @@ def test_response_is_compressed_as_asked(http_url: str, encoding: str) -> None:
     assert outputs["OUTPUT0"] == [i + 1 for i in range(16)]
 
 
+def test_only_infer_answers_are_compressed(http_url: str) -> None:
+    """Triton compresses an infer answer only (GetResponseCompressionType is asked for infer
+    requests alone): aiohttp, under tritonclient.http.aio, asks for gzip on every request and
+    does not inflate what it gets."""
+    for path in ("/v2", "/v2/models/simple", "/v2/models/simple/config"):
+        connection = http.client.HTTPConnection(http_url, timeout=10)
+        try:
+            connection.request("GET", path, headers={"Accept-Encoding": "gzip, deflate"})
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
+        assert response.status == 200, body
+        assert response.getheader("Content-Encoding") is None, path
+        assert json.loads(body)
+
+
 def test_aio_client(http_url: str, rng: np.random.Generator) -> None:
     a, b = _simple_inputs(rng)
 
