@@ -194,6 +194,34 @@ def test_a_models_settings_override_the_global_ones_until_cleared(
     assert spans.of("identity_fp32") == 0
 
 
+def test_a_streams_requests_follow_their_models_settings(
+    unix: grpcclient.InferenceServerClient, receiver: OtlpTraceReceiver
+) -> None:
+    spans = Spans(receiver, unix)
+    unix.update_trace_settings(settings={"trace_level": ["OFF"]})
+    unix.update_trace_settings(
+        model_name="simple", settings={"trace_level": ["TIMESTAMPS"], "trace_count": "2"}
+    )
+    answers: list[Any] = []
+    unix.start_stream(callback=lambda result, error: answers.append(error or result))
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for model in ("simple",) * 4 + ("identity_fp32",) * 2:
+        if model == "simple":
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(data)
+        else:
+            inputs = [grpcclient.InferInput("INPUT0", [1, 4], "FP32")]
+            inputs[0].set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        unix.async_stream_infer(model, inputs)
+    unix.stop_stream()  # waits for the answers
+    assert len(answers) == 6 and not any(isinstance(a, Exception) for a in answers), answers
+    spans.settle()
+    # simple's own level and budget: two of its four; identity_fp32 has the global OFF.
+    assert spans.of("simple") == 2
+    assert spans.of("identity_fp32") == 0
+
+
 def answer_settings(answer: Any) -> dict[str, Any]:
     """A TraceSettingResponse (protobuf) as {key: {"value": [...]}}."""
     return {key: {"value": list(value.value)} for key, value in answer.settings.items()}
