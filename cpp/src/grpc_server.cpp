@@ -17,16 +17,17 @@
 
 namespace inferd {
 
-void FailureCounts::count(const std::string& model, const std::string& version, StatusCode code) {
+void FailureCounts::count(const std::string& model, const std::string& version, StatusCode code,
+                          const std::string& protocol) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++counts_[{model, version, static_cast<int>(code)}];
+  ++counts_[{model, version, static_cast<int>(code), protocol}];
 }
 
-std::vector<std::tuple<std::string, std::string, int, uint64_t>> FailureCounts::snapshot() const {
+std::vector<std::tuple<std::string, std::string, int, std::string, uint64_t>> FailureCounts::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::tuple<std::string, std::string, int, uint64_t>> out;
+  std::vector<std::tuple<std::string, std::string, int, std::string, uint64_t>> out;
   for (const auto& [key, count] : counts_)
-    out.emplace_back(std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+    out.emplace_back(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), count);
   return out;
 }
 

@@ -15,8 +15,8 @@
 namespace inferd {
 
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
-                    std::string_view request_id, const grpc::ServerContextBase* context) {
-  transport.failures.count(route.model, route.version, status.code);
+                    std::string_view request_id, const grpc::ServerContextBase* context, std::string_view protocol) {
+  transport.failures.count(route.model, route.version, status.code, std::string(protocol));
   if (status.code != StatusCode::kInternal || !core_logs(LogLevel::kError)) return;
   LogRecord record("request failed", LogLevel::kError);
   record.add("reason", status.message)

@@ -174,13 +174,21 @@ Status generate_to_infer_json(std::string* body, const ModelSignature& model, si
 }
 
 Status infer_answer_to_generate_json(const std::string& answer, std::string* out) {
+  // The answer is the codec's own (encode_http_infer_response): it may write NaN, Infinity and
+  // -Infinity, and its doubles are read back exactly (RapidJSON's default conversion reads some,
+  // 1e-301 among them, one ULP off). Its full-precision conversion is undefined for a zero with a
+  // large exponent ("0e-300"), which the codec's writer never writes (a zero is "0.0").
+  constexpr unsigned kAnswerParse =
+      rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag | rapidjson::kParseFullPrecisionFlag;
   rapidjson::Document document;
-  document.Parse<rapidjson::kParseIterativeFlag>(answer.data(), answer.size());
+  document.Parse<kAnswerParse>(answer.data(), answer.size());
   if (document.HasParseError() || !document.IsObject()) {
     return Status::Error(StatusCode::kInternal, "cannot read the inference's answer");
   }
   rapidjson::StringBuffer buffer;
-  JsonWriter writer(buffer);
+  rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>, rapidjson::CrtAllocator,
+                    rapidjson::kWriteNanAndInfFlag>
+      writer(buffer);
   writer.StartObject();
   for (const char* key : {"model_name", "model_version", "id"}) {
     if (!document.HasMember(key)) continue;
@@ -250,7 +258,7 @@ class HttpGenerateCall final : public CompletionSink {
     std::string event;
     const bool has_answer = completion.respond && status.ok() && completion.request != nullptr;
     if (has_answer) status = to_event(*completion.request, completion.outputs, &event);
-    if (!status.ok()) record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr);
+    if (!status.ok()) record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr, "http");
     if (!stream_) {
       if (answered_) return;
       if (!status.ok()) return responder_->answer(error_answer(status));

@@ -48,7 +48,7 @@ class HttpInferCall final : public CompletionSink {
     }
     report(status, &completion.timing);
     if (!status.ok()) {
-      record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr);
+      record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr, "http");
       return responder_->answer(error_answer(status));
     }
     if (json_length != answer.body.size()) {
@@ -170,7 +170,7 @@ uint64_t submit_http_inference(const std::shared_ptr<HttpShared>& shared,
     status = scheduler->submit(std::move(core_request));  // refused: still ours, and dropped here
   }
   if (!status.ok()) {
-    record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr);
+    record_failure(*shared->transport, *route, status, decoded->parsed.id, nullptr, "http");
     if (refusal != nullptr) *refusal = status;
     responder->answer(error_answer(status));
     return 0;

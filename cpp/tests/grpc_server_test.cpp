@@ -894,7 +894,15 @@ class GrpcServerTest : public ::testing::Test {
     return call.wait();
   }
 
-  std::vector<std::tuple<std::string, std::string, int, uint64_t>> failures() { return server_->failures().snapshot(); }
+  // The transport's failure counts as (model, version, code, count), each checked to be gRPC's.
+  std::vector<std::tuple<std::string, std::string, int, uint64_t>> failures() {
+    std::vector<std::tuple<std::string, std::string, int, uint64_t>> out;
+    for (const auto& [model, version, code, protocol, count] : server_->failures().snapshot()) {
+      EXPECT_EQ(protocol, "grpc");
+      out.emplace_back(model, version, code, count);
+    }
+    return out;
+  }
 
   std::string dir_, backend_address_;
   std::unique_ptr<FakeBackend> backend_;

@@ -215,8 +215,8 @@ def test_model_infer_on_a_decoupled_model_is_unimplemented(served: Served) -> No
     assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
     assert "model 'counter' is decoupled" in str(refused.value.message())
     assert "use ModelStreamInfer" in str(refused.value.message())
-    failures = [(m, v, ErrorCode(code), n) for m, v, code, n in served.server.failures()]
-    assert failures == [("counter", "1", ErrorCode.UNIMPLEMENTED, 1)]
+    failures = [(m, v, ErrorCode(code), p, n) for m, v, code, p, n in served.server.failures()]
+    assert failures == [("counter", "1", ErrorCode.UNIMPLEMENTED, "grpc", 1)]
 
 
 def test_decoupled_requests_stay_in_the_core_when_python_would_observe_them(

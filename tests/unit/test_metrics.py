@@ -69,6 +69,29 @@ def test_each_loaded_version_has_every_failure_reason_at_zero_before_any_failure
     assert all(counted[("m", "2", r)] == 0 for r in REASONS)
 
 
+def test_failures_are_also_counted_by_the_protocol_they_came_on() -> None:
+    metrics = metrics_with(("m", "1"))
+    metrics.failed("m", "1", ErrorCode.INTERNAL)  # answered by Python: a forwarded gRPC request
+    metrics.failures.add_source(
+        lambda: [
+            ("m", "1", ErrorCode.RESOURCE_EXHAUSTED, "http", 2),
+            ("m", "1", ErrorCode.RESOURCE_EXHAUSTED, "grpc", 3),
+        ]
+    )
+    text = generate_latest(metrics.registry).decode()
+    # Triton's family sums the protocols.
+    assert failures(text)[("m", "1", "REJECTED")] == 5
+    assert failures(text)[("m", "1", "BACKEND")] == 1
+    by_protocol = {
+        (s.labels["reason"], s.labels["protocol"]): s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "inferd_inference_request_failure"
+        for s in family.samples
+        if s.labels["model"] == "m" and s.labels["version"] == "1"
+    }
+    assert by_protocol == {("BACKEND", "grpc"): 1, ("REJECTED", "http"): 2, ("REJECTED", "grpc"): 3}
+
+
 def test_the_loaded_versions_can_come_from_a_cheaper_source_than_the_snapshot() -> None:
     metrics = InferenceMetrics(lambda: [], gpu=False, loaded=lambda: [("fast", "3")])
     text = generate_latest(metrics.registry).decode()

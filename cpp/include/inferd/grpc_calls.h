@@ -110,8 +110,10 @@ void finish_observation(ObservationQueue& queue, std::unique_ptr<ObservedRequest
 // id when its traceparent has one, reason), as Python writes it for the requests it answers.
 // `context`: the call's, or null once the call is finished (grpc frees it then: a late answer of a
 // call cancelled at shutdown has no trace id).
+// `protocol`: the transport's, for the failure counts ("grpc" or "http").
 void record_failure(TransportContext& transport, const ModelRoute& route, const Status& status,
-                    std::string_view request_id, const grpc::ServerContextBase* context);
+                    std::string_view request_id, const grpc::ServerContextBase* context,
+                    std::string_view protocol = "grpc");
 
 // Which call a method is.
 enum class CallKind {

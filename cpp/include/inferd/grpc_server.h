@@ -70,16 +70,18 @@ struct GrpcServerOptions {
   int reserved_descriptors = 128;
 };
 
-// Counts of inference requests that failed on a known model version, by (model, version, status):
-// what the transport answered itself (Python counts what it answers).
+// Counts of inference requests that failed on a known model version, by (model, version, status,
+// protocol: "grpc" or "http"): what the transports answered themselves (Python counts what it
+// answers).
 class FailureCounts {
  public:
-  void count(const std::string& model, const std::string& version, StatusCode code);
-  std::vector<std::tuple<std::string, std::string, int, uint64_t>> snapshot() const;
+  void count(const std::string& model, const std::string& version, StatusCode code, const std::string& protocol);
+  // (model, version, code, protocol, count) for each key counted.
+  std::vector<std::tuple<std::string, std::string, int, std::string, uint64_t>> snapshot() const;
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::tuple<std::string, std::string, int>, uint64_t> counts_;  // guarded by mutex_
+  std::map<std::tuple<std::string, std::string, int, std::string>, uint64_t> counts_;  // guarded by mutex_
 };
 
 // The core's gRPC server (grpc++ callback API). Every call arrives through one generic service:

@@ -33,15 +33,18 @@ class FailureCounts(Collector):
     def __init__(self, loaded: Callable[[], Iterable[tuple[str, str]]] = tuple) -> None:
         self._loaded = loaded
         self._counts: dict[tuple[str, str, str], int] = {}
-        self._sources: list[Callable[[], Iterable[tuple[str, str, ErrorCode, int]]]] = []
+        self._sources: list[Callable[[], Iterable[tuple[str, str, ErrorCode, str, int]]]] = []
 
     def count(self, model: str, version: str, reason: str) -> None:
+        """A failure Python answered (a request the core forwarded to it: gRPC's)."""
         key = (model, version, reason)
         self._counts[key] = self._counts.get(key, 0) + 1
 
-    def add_source(self, source: Callable[[], Iterable[tuple[str, str, ErrorCode, int]]]) -> None:
-        """Failures counted elsewhere (the core's transport), read at scrape time as
-        (model, version, code, count)."""
+    def add_source(
+        self, source: Callable[[], Iterable[tuple[str, str, ErrorCode, str, int]]]
+    ) -> None:
+        """Failures counted elsewhere (the core's transports), read at scrape time as
+        (model, version, code, protocol, count)."""
         self._sources.append(source)
 
     def collect(self) -> Iterator[Metric]:
@@ -52,12 +55,31 @@ class FailureCounts(Collector):
         counts = {
             (model, version, reason): 0 for model, version in self._loaded() for reason in REASONS
         }
-        for key, count in dict(self._counts).items():
-            counts[key] = counts.get(key, 0) + count
+        # The same failures by the protocol they came on: inferd's own family beside Triton's.
+        by_protocol: dict[tuple[str, str, str, str], int] = {}
+        for (model, version, reason), count in dict(self._counts).items():
+            counts[(model, version, reason)] = counts.get((model, version, reason), 0) + count
+            key = (model, version, reason, "grpc")
+            by_protocol[key] = by_protocol.get(key, 0) + count
         for source in self._sources:
-            for model, version, code, count in source():
-                key = (model, version, FAILURE_REASONS.get(code, "OTHER"))
-                counts[key] = counts.get(key, 0) + count
+            for model, version, code, protocol, count in source():
+                reason = FAILURE_REASONS.get(code, "OTHER")
+                counts[(model, version, reason)] = counts.get((model, version, reason), 0) + count
+                key = (model, version, reason, protocol)
+                by_protocol[key] = by_protocol.get(key, 0) + count
         for (model, version, reason), value in counts.items():
             metric.add_sample(name, {"model": model, "version": version, "reason": reason}, value)
         yield metric
+        protocol_name = "inferd_inference_request_failure"
+        protocol_metric = Metric(
+            protocol_name,
+            "Failed inference requests by the protocol they came on, grpc or http (cumulative)",
+            "unknown",
+        )
+        for (model, version, reason, protocol), value in by_protocol.items():
+            protocol_metric.add_sample(
+                protocol_name,
+                {"model": model, "version": version, "reason": reason, "protocol": protocol},
+                value,
+            )
+        yield protocol_metric

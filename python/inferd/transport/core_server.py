@@ -317,10 +317,11 @@ class CoreGrpcServer:
         """The inferences the core ran while Python observes them."""
         return self._server.observations
 
-    def failures(self) -> Iterator[tuple[str, str, ErrorCode, int]]:
-        """Inference requests the core's transport failed, by model version and error code."""
-        for model, version, code, count in self._server.failures():
-            yield model, version, ErrorCode(code), count
+    def failures(self) -> Iterator[tuple[str, str, ErrorCode, str, int]]:
+        """Inference requests the core's transports failed, by model version, error code and
+        protocol ("grpc" or "http")."""
+        for model, version, code, protocol, count in self._server.failures():
+            yield model, version, ErrorCode(code), protocol, count
 
     def shutdown(self, grace_s: float) -> None:
         """Blocks until every call is done: run it off the event loop, which answers some."""
