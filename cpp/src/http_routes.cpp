@@ -114,7 +114,7 @@ bool parse_endpoint(HttpMethod method, std::string_view target, HttpEndpoint* ou
   } else if (n >= 3 && is(1, "models") && !parts[2].empty()) {
     endpoint.model = parts[2];
     size_t next = 3;
-    if (is(3, "versions") && n >= 5) {
+    if (is(3, "versions") && n >= 5 && !parts[4].empty()) {  // an empty version is no version
       endpoint.version = parts[4];
       next = 5;
     }
@@ -148,7 +148,7 @@ bool parse_endpoint(HttpMethod method, std::string_view target, HttpEndpoint* ou
   } else if (n >= 3 && (is(1, "systemsharedmemory") || is(1, "cudasharedmemory"))) {
     const bool system = is(1, "systemsharedmemory");
     size_t next = 2;
-    if (is(2, "region") && n >= 4) {
+    if (is(2, "region") && n >= 4 && !parts[3].empty()) {  // "region//unregister" is not all of them
       endpoint.region = parts[3];
       next = 4;
     }

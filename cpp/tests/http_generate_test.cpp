@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -201,6 +202,36 @@ TEST(HttpGenerateAnswer, WithoutAnIdThereIsNoneAndBinaryOutputsAreLeftOut) {
                   R"("parameters":{"binary_data_size":8}},{"name":"n","datatype":"INT64","shape":[1],"data":[3]}]})"),
       R"({"model_name":"llm","model_version":"1","n":3})");
   EXPECT_EQ(to_generate(R"({"model_name":"llm","model_version":"1"})"), R"({"model_name":"llm","model_version":"1"})");
+}
+
+// The answer's numbers come through exactly: a double read back is the double written (RapidJSON's
+// default conversion reads 1e-301 one ULP off).
+TEST(HttpGenerateAnswer, NumbersKeepEveryBit) {
+  for (const char* number : {"1e-301", "3.4028234663852886e38", "0.1", "5e-324", "-2.2250738585072014e-308",
+                             "1.7976931348623157e308", "9007199254740993", "-9223372036854775808"}) {
+    SCOPED_TRACE(number);
+    const std::string generated =
+        to_generate(std::string(R"({"model_name":"m","model_version":"1",)") +
+                    R"("outputs":[{"name":"x","datatype":"FP64","shape":[1],"data":[)" + number + "]}]}");
+    const std::string prefix = R"({"model_name":"m","model_version":"1","x":)";
+    ASSERT_EQ(generated.rfind(prefix, 0), 0u) << generated;
+    const std::string written = generated.substr(prefix.size(), generated.size() - prefix.size() - 1);
+    if (written.find_first_of(".eE") == std::string::npos &&
+        std::string(number).find_first_of(".eE") == std::string::npos) {
+      EXPECT_EQ(written, number);  // integers stay integers
+    } else {
+      EXPECT_EQ(std::strtod(written.c_str(), nullptr), std::strtod(number, nullptr)) << written;
+    }
+  }
+}
+
+// The infer answer writes NaN and infinities as NaN, Infinity and -Infinity (what Python's json
+// reads); so does the generate answer.
+TEST(HttpGenerateAnswer, NanAndInfinitiesComeThrough) {
+  EXPECT_EQ(to_generate(R"({"model_name":"m","model_version":"1",)"
+                        R"("outputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[NaN,Infinity,-Infinity]},)"
+                        R"({"name":"y","datatype":"FP32","shape":[1],"data":[NaN]}]})"),
+            R"({"model_name":"m","model_version":"1","x":[NaN,Infinity,-Infinity],"y":NaN})");
 }
 
 TEST(HttpGenerateAnswer, AnAnswerThatIsNotAJsonObjectIsInternal) {

@@ -171,36 +171,18 @@ TEST(HttpRoutes, AMalformedEscapeIsNotFound) {
 }
 
 TEST(HttpRoutes, PathsTritonDoesNotServeAreNotFoundNamingThePath) {
-  for (const char* target : {"",
-                             "v2",
-                             "/",
-                             "/v1/health/live",
-                             "/V2/health/live",
-                             "/v2/",
-                             "/v2/health",
-                             "/v2/health/alive",
-                             "/v2/health/live/",
-                             "/v2/models",
-                             "/v2/models/",
-                             "/v2/models//infer",
-                             "/v2/models/m/predict",
-                             "/v2/models/m/versions",
-                             "/v2/models/m/versions/1/trace/setting",
-                             "/v2/models/m/infer/more",
-                             "/v2/repository",
-                             "/v2/repository/models/m",
-                             "/v2/repository/models//load",
-                             "/v2/repository/models/m/reload",
-                             "/v2/trace",
-                             "/v2/logging/x",
-                             "/v2/systemsharedmemory",
-                             "/v2/systemsharedmemory/register",
-                             "/v2/cudasharedmemory/register",
-                             "/v2/systemsharedmemory/region/r0",
-                             "/v2/systemsharedmemory/region/r0/x",
-                             "/v2/systemsharedmemory/status/x",
-                             "/v2v2/health/live",
-                             "//v2/health/live"}) {
+  for (const char* target :
+       {"", "v2", "/", "/v1/health/live", "/V2/health/live", "/v2/", "/v2/health", "/v2/health/alive",
+        "/v2/health/live/", "/v2/models", "/v2/models/", "/v2/models//infer", "/v2/models/m/predict",
+        "/v2/models/m/versions", "/v2/models/m/versions/1/trace/setting", "/v2/models/m/infer/more", "/v2/repository",
+        "/v2/repository/models/m", "/v2/repository/models//load", "/v2/repository/models/m/reload", "/v2/trace",
+        "/v2/logging/x", "/v2/systemsharedmemory", "/v2/systemsharedmemory/register", "/v2/cudasharedmemory/register",
+        "/v2/systemsharedmemory/region/r0", "/v2/systemsharedmemory/region/r0/x", "/v2/systemsharedmemory/status/x",
+        "/v2v2/health/live", "//v2/health/live",
+        // An empty version or region names none (not the policy's, not all).
+        "/v2/models/m/versions/", "/v2/models/m/versions//ready", "/v2/models/m/versions//infer",
+        "/v2/systemsharedmemory/region//status", "/v2/systemsharedmemory/region//unregister",
+        "/v2/cudasharedmemory/region//register", "/v2/cudasharedmemory/region//unregister"}) {
     for (HttpMethod method : {HttpMethod::kGet, HttpMethod::kPost, HttpMethod::kOther}) {
       SCOPED_TRACE(std::string(target) + " method " + std::to_string(static_cast<int>(method)));
       const Parsed p = parse(method, target);
