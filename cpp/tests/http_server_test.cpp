@@ -648,6 +648,25 @@ TEST_F(HttpServerTest, ABodyPastTheLimitByContentLengthIs413BeforeItIsSent) {
   EXPECT_TRUE(chunked.closed_within());
 }
 
+// A client that sends its body without waiting (no Expect) still reads the 413: the server does
+// not reset the connection under the answer by closing with the body unread.
+TEST_F(HttpServerTest, ARefusedBodyAlreadySentDoesNotResetTheAnswer) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  start_http(options);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    SCOPED_TRACE(attempt);
+    Client client = connect();
+    const std::string body(256 * 1024, ' ');
+    ASSERT_TRUE(client.send("POST /v2/models/add_one/infer HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n"));
+    client.send(body);  // may fail part way: the server closes once it has answered
+    std::optional<Response> r = client.read_response();
+    ASSERT_TRUE(r) << "no answer: the connection was reset";
+    EXPECT_EQ(r->status, 413u);
+  }
+}
+
 std::string chunked_post(const std::string& path, const std::vector<std::string>& chunks) {
   std::string out = "POST " + path + " HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (const std::string& chunk : chunks) {
