@@ -565,6 +565,41 @@ TEST_F(HttpServerTest, AnInferWithJsonDataIsComputedInTheCore) {
   EXPECT_EQ(gate_.entered(), 3);
 }
 
+TEST_F(HttpServerTest, GenerateStreamSendsItsAnswerAsAnEventAndTheConnectionServesOn) {
+  start_http();
+  Client client = connect();
+  ASSERT_TRUE(client.send(post("/v2/models/add_one/generate_stream", R"({"INPUT":[5,6,7,8]})")));
+  std::optional<Response> r = client.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u) << r->body;
+  EXPECT_EQ(r->header("content-type"), "text/event-stream");
+  EXPECT_EQ(lowercase(r->header("transfer-encoding")), "chunked");
+  EXPECT_EQ(r->body, "data: {\"model_name\":\"add_one\",\"model_version\":\"1\",\"OUTPUT\":[6,7,8,9]}\n\n");
+  ASSERT_TRUE(client.send(get("/v2/health/live")));
+  r = client.read_response();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u);
+}
+
+// The client goes while the core computes its request: the answer has nowhere to go and is
+// dropped; the server serves on (and, under AddressSanitizer, nothing is used after it is freed).
+TEST_F(HttpServerTest, AClientThatGoesAwayMidRequestDoesNotStopTheServer) {
+  start_http();
+  gate_.close();
+  {
+    Client client = connect();
+    ASSERT_TRUE(client.send(post("/v2/models/add_one/infer", infer_body(kRow))));
+    ASSERT_TRUE(gate_.wait_entered(1));
+  }  // closed
+  std::this_thread::sleep_for(50ms);
+  gate_.open();
+  std::optional<Response> r = exchange(post("/v2/models/add_one/infer", infer_body(kRow)));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200u) << r->body;
+  expect_add_one_answer(r->body, kRow);
+  EXPECT_TRUE(wait_connections(0));
+}
+
 TEST_F(HttpServerTest, MethodsAPathDoesNotTakeAre405) {
   start_http();
   std::optional<Response> r = exchange("DELETE /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n");
