@@ -167,7 +167,6 @@ ConnectionListener::ConnectionListener(const std::vector<std::string>& addresses
 
 ConnectionListener::~ConnectionListener() {
   stop();
-  for (const Listening& l : listening_) ::close(l.fd);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
@@ -177,10 +176,17 @@ void ConnectionListener::start(Handler handler) {
 }
 
 void ConnectionListener::stop() {
-  if (!thread_.joinable()) return;
-  const uint64_t one = 1;
-  [[maybe_unused]] const ssize_t written = ::write(wake_fd_, &one, sizeof(one));
-  thread_.join();
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  // Closed here, not at destruction: a client connecting after the stop is refused, not left
+  // waiting in a backlog nobody accepts from.
+  for (Listening& l : listening_) {
+    if (l.fd >= 0) ::close(l.fd);
+    l.fd = -1;
+  }
 }
 
 void ConnectionListener::run() {

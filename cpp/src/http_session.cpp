@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -74,8 +75,9 @@ class Session final : public HttpConnection,
   Session(std::shared_ptr<HttpShared> shared, Stream stream, bool unix_socket,
           std::optional<PeerCredentials> credentials)
       : shared_(std::move(shared)), stream_(std::move(stream)), unix_socket_(unix_socket), credentials_(credentials) {
-    chunk_counter_ = [this](std::uint64_t, beast::string_view, beast::error_code& ec) {
-      if (++chunks_ > shared_->options.max_chunks) ec = too_many_chunks();
+    // The last chunk (size 0) only ends the body: it is not counted.
+    chunk_counter_ = [this](std::uint64_t size, beast::string_view, beast::error_code& ec) {
+      if (size > 0 && ++chunks_ > shared_->options.max_chunks) ec = too_many_chunks();
     };
   }
   ~Session() override { shared_->remove(this); }
@@ -146,10 +148,29 @@ class Session final : public HttpConnection,
                             });
   }
 
+  // The header timeout is this session's own timer, not the stream's: the stream's closes the
+  // socket when it fires, and a client whose request stalled is owed a 408 first. When it fires,
+  // the read in progress is cancelled (it completes with operation_aborted) and refuse_read
+  // answers.
+  void arm_deadline() {
+    lowest().expires_never();
+    timed_out_ = false;
+    deadline_.expires_after(ms(shared_->options.header_timeout_ms));
+    deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) return;  // cancelled: the read finished in time
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->lowest().socket().cancel(ignored);
+    });
+  }
+
   void read_header() {
-    lowest().expires_after(ms(shared_->options.header_timeout_ms));
+    arm_deadline();
     http::async_read_header(stream_, buffer_, *parser_,
-                            [self = this->shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                              self->deadline_.cancel();
+                              self->on_header(ec);
+                            });
   }
 
   void on_header(beast::error_code ec) {
@@ -178,8 +199,9 @@ class Session final : public HttpConnection,
   // Reads the body a piece at a time: each read must progress within the header timeout.
   void read_body() {
     if (parser_->is_done()) return on_request();
-    lowest().expires_after(ms(shared_->options.header_timeout_ms));
+    arm_deadline();
     http::async_read_some(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      self->deadline_.cancel();
       if (ec) return self->refuse_read(ec);
       self->read_body();
     });
@@ -188,6 +210,13 @@ class Session final : public HttpConnection,
   // A request that could not be read whole: answered (when the client can still read) and closed.
   void refuse_read(beast::error_code ec) {
     const HttpServerOptions& options = shared_->options;
+    if (timed_out_) {
+      timed_out_ = false;
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%g", options.header_timeout_ms / 1000.0);
+      return refuse(408,
+                    std::string("the request did not arrive within --http-header-timeout-secs (") + seconds + " s)");
+    }
     if (ec == http::error::header_limit) {
       return refuse(431, "the request's headers are larger than --http-max-header-bytes (" +
                              std::to_string(options.max_header_bytes) + ")");
@@ -199,10 +228,6 @@ class Session final : public HttpConnection,
     if (ec == too_many_chunks()) {
       return refuse(413, "the request body comes in more than --http-max-chunks (" +
                              std::to_string(options.max_chunks) + ") chunks");
-    }
-    if (ec == beast::error::timeout) {
-      return refuse(408, "the request did not arrive within --http-header-timeout-secs (" +
-                             std::to_string(options.header_timeout_ms / 1000.0) + " s)");
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset || ec == http::error::partial_message) {
@@ -365,6 +390,7 @@ class Session final : public HttpConnection,
     if (closed_) return;
     closed_ = true;
     if (gone_) std::exchange(gone_, nullptr)();
+    deadline_.cancel();
     beast::error_code ignored;
     lowest().socket().shutdown(asio::socket_base::shutdown_both, ignored);
     lowest().close();
@@ -372,6 +398,8 @@ class Session final : public HttpConnection,
 
   const std::shared_ptr<HttpShared> shared_;
   Stream stream_;
+  asio::steady_timer deadline_{stream_.get_executor()};  // a request's header and body reads
+  bool timed_out_ = false;                               // deadline_ fired: the read was cancelled for it
   const bool unix_socket_;
   const std::optional<PeerCredentials> credentials_;
   beast::flat_buffer buffer_;
