@@ -404,10 +404,10 @@ KServe v2 / Triton protocol: tritonclient and perf_analyzer work unchanged on ei
 'inferd COMMAND --help' shows a command's flags; docs/ in the source tree explains them."""
 
 _SERVE_DESCRIPTION = """\
-Serve a model repository (the Triton layout) over gRPC and HTTP/REST. Every flag is also read from the
-environment as INFERD_<NAME> (--grpc-port: INFERD_GRPC_PORT); the flag wins. The flags are grouped
-as docs/settings.md describes them. Triton's flags (--model-store, --allow-metrics, ...) are
-taken too: docs/coming-from-triton.md says what inferd does with each."""
+Serve a model repository (the Triton layout) over gRPC and HTTP/REST. Every flag is also read
+from the environment as INFERD_<NAME> (--grpc-port: INFERD_GRPC_PORT); the flag wins. The flags
+are grouped as docs/settings.md describes them. Triton's flags (--model-store, --allow-metrics,
+...) are taken too: docs/coming-from-triton.md says what inferd does with each."""
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:

@@ -1,5 +1,6 @@
-"""The core's objects that Python uses as they are, with nothing to add: the gRPC and HTTP servers, the gRPC server's
-trace sampling and the records of the inferences it ran while Python observes them, the
+"""The core's objects that Python uses as they are, with nothing to add: the gRPC and HTTP
+servers, the gRPC server's trace sampling and the records of the inferences it ran while Python
+observes them, the
 shared-memory registry, the weighted version choice, the core's logging switches, and the
 transport's status rules (the one table from the core's status codes to gRPC's, and the cut of a
 status message) that Python's gRPC handlers answer by too. Re-exported here so that

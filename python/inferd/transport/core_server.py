@@ -192,8 +192,9 @@ class BackendSocket:
 
 class PublicUnixSocket:
     """--grpc-unix-socket (or --http-unix-socket) with the file mode and group asked for, and no
-    moment without them: the core creates the socket in a folder beside PATH that only this user can enter, ``publish``
-    sets its mode and group there and renames it to PATH (replacing a stale socket at once)."""
+    moment without them: the core creates the socket in a folder beside PATH that only this user
+    can enter, ``publish`` sets its mode and group there and renames it to PATH (replacing a stale
+    socket at once)."""
 
     def __init__(self, path: str, mode: int, group: str, protocol: str = "gRPC") -> None:
         self.path = Path(path)
@@ -205,7 +206,9 @@ class PublicUnixSocket:
         try:
             self._dir = Path(tempfile.mkdtemp(prefix=".inferd-", dir=self.path.parent))
         except OSError as e:
-            raise OSError(f"cannot serve {protocol} on unix:{self.path}: {e.strerror or e}") from None
+            raise OSError(
+                f"cannot serve {protocol} on unix:{self.path}: {e.strerror or e}"
+            ) from None
         self._staged = self._dir / "s"
         self.bind_address = f"unix:{self._staged}"
         self._inode: int | None = None

@@ -34,7 +34,7 @@ class HttpOptions:
 
 
 def thread_count(setting: int) -> int:
-    """--http-thread-count: 0 = one per core, at most 8 (the core computes on threads of its own)."""
+    """--http-thread-count: 0 = one per core, at most 8 (the core computes on its own threads)."""
     return setting if setting > 0 else min(os.cpu_count() or 1, 8)
 
 

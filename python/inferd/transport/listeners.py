@@ -116,9 +116,11 @@ def check_ports_free(settings: ServerSettings) -> None:
     """Raises OSError naming the flag when the gRPC, HTTP or metrics TCP port is taken, so that a
     start fails before loading models (which can take minutes) rather than after. Port 0 (any free
     one) and the ports turned off are not checked; the real bind later reports anything else."""
+    grpc_port = settings.grpc_port if settings.allow_grpc else -1
+    http_port = settings.http_port if serves_http(settings) else -1
     ports = (
-        ("gRPC", "--grpc-port", settings.host, settings.grpc_port if settings.allow_grpc else -1),
-        ("HTTP", "--http-port", http_host(settings), settings.http_port if serves_http(settings) else -1),
+        ("gRPC", "--grpc-port", settings.host, grpc_port),
+        ("HTTP", "--http-port", http_host(settings), http_port),
         ("metrics", "--metrics-port", settings.host, settings.metrics_port),
     )
     for what, flag, host, port in ports:
