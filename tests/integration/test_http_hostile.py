@@ -130,7 +130,7 @@ def read_answer(sock: socket.socket) -> bytes:
 def status_and_error(answer: bytes) -> tuple[int, str]:
     head, _, body = answer.partition(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
-    return status, json.loads(body)["error"] if body else ""
+    return status, json.loads(body).get("error", "") if body else ""
 
 
 def good_request_succeeds(server: ServerProcess) -> None:
@@ -334,3 +334,29 @@ def test_repeated_attacks_leave_rss_bounded(server: ServerProcess) -> None:
     good_request_succeeds(server)
     grown = rss_bytes(server.process.pid) - before
     assert grown < RSS_GROWTH_BOUND, f"RSS grew {grown >> 20} MiB"
+
+
+@pytest.mark.parametrize("chunks", [MAX_CHUNKS, MAX_CHUNKS + 1])
+def test_chunk_limit_is_exact(server: ServerProcess, chunks: int) -> None:
+    """A body in exactly --http-max-chunks chunks is served (the empty last chunk only ends it);
+    one more is refused."""
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "INT32", "data": [5, 6]}]}
+    ).encode()
+    body += b" " * (chunks - len(body) % chunks)  # JSON's whitespace: one size per chunk
+    size = len(body) // chunks
+    pieces = [body[i * size : (i + 1) * size] for i in range(chunks)]
+    head = (
+        f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: inferd\r\n"
+        "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    encoded = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    answer = raw_exchange(server, head + encoded)
+    status, error = status_and_error(answer)
+    if chunks <= MAX_CHUNKS:
+        assert status == 200, error
+        outputs = json.loads(answer.partition(b"\r\n\r\n")[2])["outputs"]
+        assert outputs[0]["data"] == [5, 6]
+    else:
+        assert status == 413
+        assert f"--http-max-chunks ({MAX_CHUNKS})" in error
