@@ -434,7 +434,15 @@ HttpAnswer config_answer(const inference::ModelConfigResponse& response) {
   return json_answer(std::string(buffer.GetString(), buffer.GetSize()));
 }
 
-HttpAnswer ready_answer(bool ready) { return HttpAnswer::empty(ready ? 200 : 400); }
+// Health and readiness: the status says it (200, or 400 as Triton), and the body says it to
+// KServe's v2 REST clients, which read {"live": ...} / {"ready": ...} (tritonclient ignores it).
+HttpAnswer health_answer(const char* key, bool value) {
+  HttpAnswer answer;
+  answer.status = value ? 200 : 400;
+  answer.body = std::string("{\"") + key + "\":" + (value ? "true" : "false") + "}";
+  return answer;
+}
+HttpAnswer ready_answer(bool ready) { return health_answer("ready", ready); }
 
 }  // namespace
 
@@ -492,7 +500,7 @@ void serve_snapshot_endpoint(const std::shared_ptr<HttpShared>& shared, const Ht
   const std::shared_ptr<const ServingSnapshot> snapshot = shared->transport->state.current();
   switch (endpoint.kind) {
     case HttpEndpointKind::kServerLive:
-      return responder->answer(ready_answer(snapshot->live));
+      return responder->answer(health_answer("live", snapshot->live));
     case HttpEndpointKind::kServerReady:
       return responder->answer(ready_answer(snapshot->ready));
     default:

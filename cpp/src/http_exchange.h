@@ -46,6 +46,9 @@ struct HttpAnswer {
   std::string body;
   std::string content_type = "application/json";
   std::optional<size_t> inference_header_length;
+  // Compressed when the client's Accept-Encoding asks: inference answers only, as Triton (a
+  // client such as aiohttp asks on every request, and reads metadata uncompressed).
+  bool compressible = false;
 
   static HttpAnswer empty(unsigned status) {
     HttpAnswer answer;

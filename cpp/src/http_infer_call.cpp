@@ -51,6 +51,7 @@ class HttpInferCall final : public CompletionSink {
       record_failure(*shared_->transport, *route_, status, decoded_->parsed.id, nullptr, "http");
       return responder_->answer(error_answer(status));
     }
+    answer.compressible = true;
     if (json_length != answer.body.size()) {
       answer.inference_header_length = json_length;
       answer.content_type = "application/octet-stream";

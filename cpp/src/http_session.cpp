@@ -315,7 +315,8 @@ class Session final : public HttpConnection,
     if (answer.inference_header_length) {
       response->set("Inference-Header-Content-Length", std::to_string(*answer.inference_header_length));
     }
-    const HttpEncoding encoding = choose_answer_encoding(accept_encoding_);
+    const HttpEncoding encoding =
+        answer.compressible ? choose_answer_encoding(accept_encoding_) : HttpEncoding::kIdentity;
     std::string compressed;
     if (encoding != HttpEncoding::kIdentity && !answer.body.empty() &&
         deflate_body(encoding, answer.body, &compressed)) {

@@ -86,6 +86,8 @@ def test_socket_only_server_with_mode_0660(
         tmp_path,
         "--grpc-port",
         "off",
+        "--http-port",
+        "off",  # no TCP listener of either protocol: the socket is the only way in
         "--grpc-unix-socket",
         str(path),
         "--grpc-unix-socket-group",
