@@ -122,7 +122,7 @@ Status parse_json_in_place(char* text, size_t length, size_t max_depth, Document
   document->Populate(generate);
   if (handler.exceeded()) {
     return invalid("the request's JSON nests arrays and objects deeper than " + std::to_string(max_depth) +
-                   " (the JSON depth limit)");
+                   " (--http-max-json-depth)");
   }
   if (handler.not_utf8()) {
     return invalid("malformed JSON at byte " + std::to_string(result.Offset()) +

@@ -160,7 +160,7 @@ TEST(HttpGenerateRequest, AnInputNestedPastTheDepthLimitIsRefused) {
             refusal("input 'values' nests deeper than --http-max-json-depth (10)"));
   // Past the document's own limit the parse stops.
   EXPECT_EQ(to_infer(R"({"values":)" + nested_arrays(64) + "}"),
-            refusal("the request's JSON nests arrays and objects deeper than 64 (the JSON depth limit)"));
+            refusal("the request's JSON nests arrays and objects deeper than 64 (--http-max-json-depth)"));
 }
 
 // 100,000 levels, wherever they are: a recursive walk over them would overflow the stack (and a
@@ -168,7 +168,7 @@ TEST(HttpGenerateRequest, AnInputNestedPastTheDepthLimitIsRefused) {
 TEST(HttpGenerateRequest, HundredThousandLevelsAreRefusedWithoutRecursion) {
   constexpr size_t kDeep = 100'000;
   const std::string too_deep =
-      refusal("the request's JSON nests arrays and objects deeper than 64 (the JSON depth limit)");
+      refusal("the request's JSON nests arrays and objects deeper than 64 (--http-max-json-depth)");
   for (const std::string& body :
        {R"({"values":)" + nested_arrays(kDeep) + "}", R"({"values":[1,)" + nested_arrays(kDeep) + "]}",
         R"({"values":)" + nested_objects(kDeep) + "}", R"({"values":[)" + nested_objects(kDeep) + "]}",

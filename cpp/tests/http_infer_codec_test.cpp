@@ -170,7 +170,7 @@ TEST(HttpDecode, RefusesMalformedAndTooDeepJsonNamingTheLimit) {
 
   // 100,000 nested arrays: refused at depth 65, where the parse stops.
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  EXPECT_EQ(refusal(deep), "the request's JSON nests arrays and objects deeper than 64 (the JSON depth limit)");
+  EXPECT_EQ(refusal(deep), "the request's JSON nests arrays and objects deeper than 64 (--http-max-json-depth)");
   // The limit is the caller's: an input's `data` sits at depth 3 (request, inputs, input) and
   // nests as many arrays more as it has dims.
   const std::string nested = one_input("INT32", "[1,1,1]", "[[[1]]]");
@@ -180,7 +180,7 @@ TEST(HttpDecode, RefusesMalformedAndTooDeepJsonNamingTheLimit) {
   EXPECT_TRUE(decode(nested, &out, std::nullopt, limits).ok());
   limits.max_json_depth = 5;
   EXPECT_EQ(decode(nested, &out, std::nullopt, limits).message,
-            "the request's JSON nests arrays and objects deeper than 5 (the JSON depth limit)");
+            "the request's JSON nests arrays and objects deeper than 5 (--http-max-json-depth)");
 }
 
 TEST(HttpDecode, RefusesFieldsOfTheWrongType) {

@@ -235,7 +235,7 @@ def deep_json(server: ServerProcess) -> None:
     body = b'{"inputs": ' + b"[" * depth + b"]" * depth + b"}"
     status, error = status_and_error(raw_exchange(server, infer_head(len(body)) + body))
     assert status == 400
-    assert "deeper than 64 (the JSON depth limit)" in error, (
+    assert "deeper than 64 (--http-max-json-depth)" in error, (
         error
     )  # --http-max-json-depth's default
 
