@@ -956,15 +956,17 @@ def _row(value: float) -> np.ndarray:
     return np.array([[value]], np.float32)
 
 
-def _http_in_background(
-    triton: httpclient.InferenceServerClient, answers: Answers, tag: str, **options: Any
-) -> None:
+def _http_in_background(url: str, answers: Answers, tag: str, **options: Any) -> None:
     """An HTTP request whose completion lands in ``answers`` (tritonclient.http's async_infer
-    answers only when asked, so a thread asks)."""
+    answers only when asked, so a thread asks). The thread makes its own client and closes it:
+    tritonclient.http's connections belong to the gevent hub of the thread that uses them."""
 
     def send() -> None:
         try:
-            triton.infer(QUEUED_MODEL, [http_input("INPUT0", _row(1.0), "FP32", True)], **options)
+            with httpclient.InferenceServerClient(url) as triton:
+                triton.infer(
+                    QUEUED_MODEL, [http_input("INPUT0", _row(1.0), "FP32", True)], **options
+                )
         except InferenceServerException as e:
             answers.done.put((tag, e))
         else:
@@ -997,10 +999,9 @@ def test_an_http_and_a_grpc_request_share_a_batch(
         QUEUED_MODEL, [grpc_input("INPUT0", _row(1.0), "FP32")], answers.callback("grpc")
     )
     open_server.wait_for_pending(QUEUED_MODEL, 2)
-    with httpclient.InferenceServerClient(open_server.http_url) as http_triton:
-        _http_in_background(http_triton, answers, "http")
-        open_server.wait_for_pending(QUEUED_MODEL, 3)
-        done = answers.wait(4)
+    _http_in_background(open_server.http_url, answers, "http")
+    open_server.wait_for_pending(QUEUED_MODEL, 3)
+    done = answers.wait(4)
     assert all(error is None for _, error in done), done
     wait_until(
         lambda: (
@@ -1028,10 +1029,9 @@ def test_http_priority_overtakes_queued_requests(
         answers.callback("low"),
     )
     open_server.wait_for_pending(QUEUED_MODEL, 2)
-    with httpclient.InferenceServerClient(open_server.http_url) as http_triton:
-        _http_in_background(http_triton, answers, "high", priority=1)
-        open_server.wait_for_pending(QUEUED_MODEL, 3)
-        order = [tag for tag, error in answers.wait(4) if error is None]
+    _http_in_background(open_server.http_url, answers, "high", priority=1)
+    open_server.wait_for_pending(QUEUED_MODEL, 3)
+    order = [tag for tag, error in answers.wait(4) if error is None]
     assert {order[0], order[2]} == {"busy0", "busy1"}, order
     assert order[1] == "high", order
     assert order[3] == "low", order
