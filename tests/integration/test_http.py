@@ -1032,9 +1032,10 @@ def test_http_priority_overtakes_queued_requests(
     _http_in_background(open_server.http_url, answers, "high", priority=1)
     open_server.wait_for_pending(QUEUED_MODEL, 3)
     order = [tag for tag, error in answers.wait(4) if error is None]
-    assert {order[0], order[2]} == {"busy0", "busy1"}, order
-    assert order[1] == "high", order
-    assert order[3] == "low", order
+    # busy0 was computing when "high" came; "high" overtook busy1 and "low", both queued before
+    # it. (busy0's gRPC answer may be delivered after the short "high" one's HTTP answer: only
+    # the requests that waited in the queue are ordered here, each a whole computation apart.)
+    assert order.index("high") < order.index("busy1") < order.index("low"), order
 
 
 def test_http_timeout_parameter_shortens_the_queue_timeout(
