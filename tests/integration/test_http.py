@@ -956,21 +956,32 @@ def _row(value: float) -> np.ndarray:
     return np.array([[value]], np.float32)
 
 
-def _http_in_background(url: str, answers: Answers, tag: str, **options: Any) -> None:
-    """An HTTP request whose completion lands in ``answers`` (tritonclient.http's async_infer
-    answers only when asked, so a thread asks). The thread makes its own client and closes it:
-    tritonclient.http's connections belong to the gevent hub of the thread that uses them."""
+def _http_in_background(url: str, answers: Answers, tag: str, priority: int = 0) -> None:
+    """An HTTP inference of one row whose completion lands in ``answers``, sent from a thread
+    with the standard library's http.client (JSON data): tritonclient.http's gevent connections
+    belong to the hub of the thread that made them, and a client made in a thread and freed
+    later elsewhere raised InvalidThreadUseError from its __del__ into whichever test ran then."""
+    parameters = {"priority": priority} if priority else {}
+    body = json.dumps(
+        {
+            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1.0]}],
+            "parameters": parameters,
+        }
+    )
 
     def send() -> None:
+        host, port = url.rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
         try:
-            with httpclient.InferenceServerClient(url) as triton:
-                triton.infer(
-                    QUEUED_MODEL, [http_input("INPUT0", _row(1.0), "FP32", True)], **options
-                )
-        except InferenceServerException as e:
-            answers.done.put((tag, e))
-        else:
-            answers.done.put((tag, None))
+            connection.request("POST", f"/v2/models/{QUEUED_MODEL}/infer", body)
+            response = connection.getresponse()
+            answer = response.read()
+            error = None if response.status == 200 else f"{response.status}: {answer!r}"
+        except OSError as e:
+            error = repr(e)
+        finally:
+            connection.close()
+        answers.done.put((tag, error))
 
     threading.Thread(target=send, daemon=True).start()
 
