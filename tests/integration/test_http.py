@@ -69,9 +69,19 @@ def http_url(server: ServerProcess) -> str:
     return server.http_url
 
 
+class HttpClient(httpclient.InferenceServerClient):
+    """tritonclient.http's client, closed by its fixture in the thread that made it. Its own
+    ``__del__`` closes it again (gevent's pool join), which raises InvalidThreadUseError when the
+    cyclic collector happens to free it on another thread (a gRPC callback's), into whichever
+    test runs then: seen in a fresh-clone CI run, failing a later module's test."""
+
+    def __del__(self) -> None:
+        pass
+
+
 @pytest.fixture
 def http_client(http_url: str) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(http_url)
+    triton = HttpClient(http_url)
     try:
         yield triton
     finally:
@@ -858,7 +868,7 @@ def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 @pytest.fixture
 def open_http(open_server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(open_server.http_url, concurrency=4)
+    triton = HttpClient(open_server.http_url, concurrency=4)
     try:
         yield triton
     finally:
