@@ -13,6 +13,7 @@ void register_scheduler(py::module_& m);
 void register_ensemble(py::module_& m);
 void register_shared_memory(py::module_& m);
 void register_onnxruntime(py::module_& m);
+void register_python_worker(py::module_& m);
 void register_wire(py::module_& m);
 void register_grpc_server(py::module_& m);
 void register_logging(py::module_& m);
@@ -30,6 +31,7 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_completion_queue(m);
   inferd::python::register_wire(m);
   inferd::python::register_onnxruntime(m);
+  inferd::python::register_python_worker(m);
   inferd::python::register_scheduler(m);
   inferd::python::register_ensemble(m);
   inferd::python::register_shared_memory(m);

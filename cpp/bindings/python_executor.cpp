@@ -7,10 +7,7 @@
 #include "python_tensor.h"
 
 namespace inferd::python {
-namespace {
 
-// The status an exception object stands for: its integer `code` when that names a StatusCode up to
-// INTERNAL, else INTERNAL; its text as the message.
 Status status_of(py::handle exception) {
   StatusCode code = StatusCode::kInternal;
   if (py::hasattr(exception, "code")) {
@@ -23,6 +20,16 @@ Status status_of(py::handle exception) {
   }
   return Status::Error(code, py::str(exception).cast<std::string>());
 }
+
+void raise_status(const Status& status) {
+  py::handle type = status.code == StatusCode::kInvalidArgument ? PyExc_ValueError : PyExc_RuntimeError;
+  py::object error = type(status.message);
+  error.attr("code") = static_cast<int>(status.code);
+  PyErr_SetObject(type.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+namespace {
 
 Status status_from_exception(py::error_already_set& error) { return status_of(error.value()); }
 

@@ -11,6 +11,13 @@ namespace inferd::python {
 
 namespace py = pybind11;
 
+// The status an exception object stands for: its integer `code` when that names a StatusCode up to
+// INTERNAL, else INTERNAL; its text as the message. Requires the GIL.
+Status status_of(py::handle exception);
+// A failed status as a Python exception (ValueError for INVALID_ARGUMENT, else RuntimeError) whose
+// `code` attribute is the StatusCode, as the Python layer's errors carry theirs. Requires the GIL.
+[[noreturn]] void raise_status(const Status& status);
+
 // An Executor whose work is done by a Python object with `execute(list[ndarray]) -> list[ndarray]`
 // (the ONNX Runtime executor). Called from a core worker thread: it takes the GIL for the call
 // only; the Python executor is expected to release it while it computes (ONNX Runtime does).

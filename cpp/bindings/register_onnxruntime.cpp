@@ -8,38 +8,13 @@
 
 #include "inferd/onnxruntime_executor.h"
 #include "inferd/onnxruntime_library.h"
-#include "onnxruntime_session.h"
+#include "python_executor.h"
 #include "python_tensor.h"
 
 namespace py = pybind11;
 
 namespace inferd::python {
 namespace {
-
-// A failed status as a Python exception (ValueError for INVALID_ARGUMENT, else RuntimeError)
-// whose `code` attribute is the StatusCode, as the Python layer's errors carry theirs.
-[[noreturn]] void raise_status(const Status& status) {
-  py::handle type = status.code == StatusCode::kInvalidArgument ? PyExc_ValueError : PyExc_RuntimeError;
-  py::object error = type(status.message);
-  error.attr("code") = static_cast<int>(status.code);
-  PyErr_SetObject(type.ptr(), error.ptr());
-  throw py::error_already_set();
-}
-
-// The scheduler owns its executors, but the session is shared with the Python object that made
-// it (warm-up runs it first), so the scheduler's instance holds a share.
-class SharedExecutor : public Executor {
- public:
-  explicit SharedExecutor(std::shared_ptr<Executor> target) : target_(std::move(target)) {}
-  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override {
-    return target_->execute(inputs, outputs);
-  }
-  bool pipelined() const override { return target_->pipelined(); }
-  Status stage(const std::vector<Tensor>& inputs) override { return target_->stage(inputs); }
-
- private:
-  const std::shared_ptr<Executor> target_;
-};
 
 std::shared_ptr<OnnxRuntimeExecutor> make_session(std::string model_path, std::vector<std::string> input_names,
                                                   std::vector<std::string> output_names,
@@ -101,11 +76,6 @@ py::list execute(OnnxRuntimeExecutor& executor, const py::list& arrays) {
 }
 
 }  // namespace
-
-std::unique_ptr<Executor> native_executor(py::handle object) {
-  if (!py::isinstance<OnnxRuntimeExecutor>(object)) return nullptr;
-  return std::make_unique<SharedExecutor>(object.cast<std::shared_ptr<OnnxRuntimeExecutor>>());
-}
 
 void register_onnxruntime(py::module_& m) {
   m.def(

@@ -12,7 +12,7 @@
 #include "inferd/model_signature.h"
 #include "inferd/request_scheduler.h"
 #include "inferd/scheduler.h"
-#include "onnxruntime_session.h"
+#include "native_executor.h"
 #include "python_executor.h"
 #include "python_tensor.h"
 #include "wire_request.h"

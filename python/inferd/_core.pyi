@@ -1,6 +1,6 @@
 # Type stub for the C++ extension built from cpp/bindings (see module.cpp). Keep in step with it:
 # tests/unit/test_core_stub.py checks its names, kinds and parameters against the built module.
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -253,6 +253,46 @@ class OnnxRuntimeSession:
         inter_op_threads: int,
     ) -> None: ...
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]: ...
+
+class WorkerRing:
+    def __init__(self, name: str) -> None: ...
+    @property
+    def fds(self) -> str: ...
+    @property
+    def descriptors(self) -> list[int]: ...
+
+class CancellationFlag:
+    def __init__(self) -> None: ...
+    def set(self) -> None: ...
+
+class PythonWorkerExclusive:
+    def __enter__(self) -> None: ...
+    def __exit__(self, *args: object) -> None: ...
+
+class PythonWorkerSession:
+    def __init__(
+        self,
+        model_name: str,
+        description: str,
+        input_names: list[str],
+        input_datatypes: list[int],
+        output_names: list[str],
+        output_datatypes: list[int],
+        ensure_serving: Callable[[], None],
+        died: Callable[[], None],
+    ) -> None: ...
+    def attach(self, ring: WorkerRing, pidfd: int) -> None: ...
+    def detach(self) -> None: ...
+    @property
+    def attached(self) -> bool: ...
+    def batch_abandoned(self) -> bool: ...
+    def exclusive(self) -> PythonWorkerExclusive: ...
+    def run(
+        self,
+        requests: Sequence[
+            tuple[str, list[tuple[str, int, Any]], list[str], str, CancellationFlag | None]
+        ],
+    ) -> list[dict[str, np.ndarray] | tuple[int, str]]: ...
 
 class ModelSignature:
     def __init__(

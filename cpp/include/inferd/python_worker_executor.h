@@ -1,0 +1,127 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "inferd/executor.h"
+#include "inferd/worker_messages.h"
+#include "inferd/worker_ring.h"
+
+namespace inferd {
+
+// What the Python side that starts and restarts a python model's worker does for the executor,
+// on the rare paths. Each is called on the executor's thread (lock rules: PythonWorkerExecutor).
+struct PythonWorkerHooks {
+  // No worker is attached (it died, or its restart waits its turn): restart it now if that is due
+  // (the hook attaches the new one). Ok when a worker serves afterwards, else the status the batch
+  // fails with (UNAVAILABLE while it restarts or stops, INTERNAL when it cannot be restarted).
+  std::function<Status()> ensure_serving;
+  // The attached worker exited while it held a batch: reaps it and schedules its restart; the
+  // status the batch fails with (INTERNAL naming how it ended, UNAVAILABLE when it was stopped).
+  std::function<Status()> died;
+};
+
+struct PythonWorkerOptions {
+  std::string model_name;
+  std::string description;               // "python model 'm' version 1 instance 'm_0'", for messages
+  std::vector<std::string> input_names;  // model input order
+  std::vector<DataType> input_types;
+  std::vector<std::string> output_names;  // model output order
+  std::vector<DataType> output_types;
+  // How often a waiting batch writes its requests' cancellation flags and looks at the worker.
+  std::chrono::milliseconds poll_interval{50};
+};
+
+// One instance of a Triton python-backend model whose worker process serves batches over a
+// WorkerRing: the batch goes from the scheduler's worker thread to the worker without Python in
+// this process. Its inputs are copied once, into the ring's inputs arena, beside a description of
+// the batch; the worker answers in its outputs arena, and each answer's tensors are views of that
+// arena (leased until the response writer lets go), except BYTES, copied out and checked.
+//
+// The worker itself is started, restarted and stopped by the Python side, which attaches each
+// started worker (its ring and a pidfd) and detaches it when it goes; a batch that finds none
+// attached asks hooks.ensure_serving.
+//
+// Lock rules: batch_mutex_ is held for a whole batch and by exclusive() (the Python side's stop and
+// restart, so that no batch runs on a worker being replaced); link_mutex_ guards link_ and
+// leases_ and running_ only, never held across a wait or a hook. ensure_serving is called with
+// neither held (it may call exclusive()); died with batch_mutex_ held (it must not).
+// One request as the worker gets it: its inputs by name (those it has), viewed while the batch runs.
+struct WorkerRequest {
+  std::string_view id;
+  std::string_view parameters;                      // a JSON object
+  std::vector<std::string_view> requested_outputs;  // empty: every output
+  std::vector<std::pair<std::string_view, const Tensor*>> inputs;
+  RequestCancellation cancellation;
+};
+
+// One request's answer as the worker sent it: its outputs by name, or why it failed.
+struct WorkerAnswer {
+  Status status;
+  std::vector<std::pair<std::string, Tensor>> outputs;
+};
+
+class PythonWorkerExecutor : public Executor {
+ public:
+  PythonWorkerExecutor(PythonWorkerOptions options, PythonWorkerHooks hooks);
+  ~PythonWorkerExecutor() override;
+
+  // A started worker: its channel's server end and a pidfd (owned from here) readable once it exits.
+  void attach(std::shared_ptr<worker::WorkerRing> ring, int pidfd);
+  // The worker is gone or being replaced: batches find none attached from here.
+  void detach();
+  bool attached() const;
+  const PythonWorkerOptions& options() const { return options_; }
+  // Waits for the batch in flight to end and holds the next one back while the lock is held.
+  std::unique_lock<std::mutex> exclusive();
+  // Whether the batch in flight has requests and every one was cancelled or passed its deadline
+  // (its model-to-model calls are then abandoned). Thread-safe.
+  bool batch_abandoned() const;
+
+  // One batch as the worker takes it, with the answers it sent as they are (the Python side's
+  // execute, for warm-up and tests). A failure of the whole batch is returned.
+  Status run(const std::vector<WorkerRequest>& requests, std::vector<WorkerAnswer>* answers);
+
+  bool answers_each_request() const override { return true; }
+  Status execute(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) override;
+  // The scheduler's: inputs in model input order, each answer's outputs in model output order
+  // (an output the request did not ask for and the model did not send: an empty stand-in).
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override;
+
+ private:
+  struct Link;
+  struct OutputLease;
+
+  std::shared_ptr<Link> link() const;
+  Status run_batch(Link& link, const std::vector<WorkerRequest>& requests, std::vector<WorkerAnswer>* answers);
+  Status place_batch(Link& link, const std::vector<WorkerRequest>& requests, worker::Message* message);
+  // Waits for batch `batch`'s result; writes cancellation flags meanwhile. kInternal when the
+  // worker exited (`exited` set).
+  Status await_result(Link& link, const std::vector<WorkerRequest>& requests, uint64_t batch, worker::Message* result,
+                      bool* exited);
+  Status read_answers(Link& link, size_t count, const worker::Message& result, std::vector<WorkerAnswer>* answers);
+  // An answer in model output order, its types checked.
+  RequestResult in_model_order(WorkerAnswer&& answer, const ExecutorRequest& request) const;
+  // The lowest offset of the outputs arena no answer still in use lies at or above.
+  uint64_t outputs_floor();
+
+  const PythonWorkerOptions options_;
+  const PythonWorkerHooks hooks_;
+  std::mutex batch_mutex_;
+  mutable std::mutex link_mutex_;
+  std::shared_ptr<Link> link_;                      // guarded by link_mutex_
+  std::vector<std::weak_ptr<OutputLease>> leases_;  // guarded by link_mutex_
+  uint64_t next_batch_ = 1;                         // guarded by batch_mutex_
+  // The batch in flight's cancellations, for batch_abandoned(); guarded by link_mutex_.
+  std::vector<RequestCancellation> running_;
+};
+
+}  // namespace inferd

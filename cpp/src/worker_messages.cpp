@@ -1,0 +1,194 @@
+#include "inferd/worker_messages.h"
+
+#include <cstring>
+#include <limits>
+
+namespace inferd::worker {
+namespace {
+
+constexpr uint32_t kMaxDims = 64;
+
+// Reads a description front to back; any read past the end leaves it failed (and every later read
+// a zero), so a decoder checks once per record.
+class DescriptionReader {
+ public:
+  explicit DescriptionReader(std::string_view bytes) : bytes_(bytes) {}
+
+  bool failed() const { return failed_; }
+  bool at_end() const { return position_ == bytes_.size(); }
+
+  uint32_t u32() { return fixed<uint32_t>(); }
+  uint64_t u64() { return fixed<uint64_t>(); }
+  std::string_view text() {
+    const uint32_t size = u32();
+    if (failed_ || size > bytes_.size() - position_) return fail_view();
+    std::string_view value = bytes_.substr(position_, size);
+    position_ += size;
+    return value;
+  }
+
+ private:
+  template <typename T>
+  T fixed() {
+    if (failed_ || bytes_.size() - position_ < sizeof(T)) {
+      failed_ = true;
+      return 0;
+    }
+    T value;
+    std::memcpy(&value, bytes_.data() + position_, sizeof(T));
+    position_ += sizeof(T);
+    return value;
+  }
+  std::string_view fail_view() {
+    failed_ = true;
+    return {};
+  }
+
+  std::string_view bytes_;
+  size_t position_ = 0;
+  bool failed_ = false;
+};
+
+Status corrupt(const std::string& what) {
+  return Status::Error(StatusCode::kInternal, "a corrupt description on the worker ring: " + what);
+}
+
+Status read_tensor(DescriptionReader* reader, size_t arena_size, TensorPlace* place) {
+  place->name = reader->text();
+  const uint32_t dtype = reader->u32();
+  const uint32_t ndim = reader->u32();
+  if (reader->failed()) return corrupt("truncated");
+  if (!is_valid_datatype(static_cast<int>(dtype))) return corrupt("datatype " + std::to_string(dtype));
+  if (ndim > kMaxDims) return corrupt(std::to_string(ndim) + " dims");
+  place->dtype = static_cast<DataType>(dtype);
+  place->shape.clear();
+  for (uint32_t i = 0; i < ndim; ++i) {
+    const auto dim = static_cast<int64_t>(reader->u64());
+    if (dim < 0) return corrupt("a negative dim");
+    place->shape.push_back(dim);
+  }
+  place->offset = reader->u64();
+  place->nbytes = reader->u64();
+  if (reader->failed()) return corrupt("truncated");
+  if (place->offset > arena_size || place->nbytes > arena_size - place->offset) {
+    return corrupt("tensor '" + std::string(place->name) + "' lies outside its arena");
+  }
+  const int64_t count = element_count(place->shape);
+  if (count < 0) return corrupt("tensor '" + std::string(place->name) + "' has too many elements");
+  const size_t width = element_size(place->dtype);
+  if (width != 0 && (static_cast<uint64_t>(count) > std::numeric_limits<uint64_t>::max() / width ||
+                     static_cast<uint64_t>(count) * width != place->nbytes)) {
+    return corrupt("tensor '" + std::string(place->name) + "' has " + std::to_string(place->nbytes) +
+                   " bytes for its shape");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void DescriptionWriter::u32(uint32_t value) { bytes_.append(reinterpret_cast<const char*>(&value), sizeof value); }
+
+void DescriptionWriter::u64(uint64_t value) { bytes_.append(reinterpret_cast<const char*>(&value), sizeof value); }
+
+void DescriptionWriter::text(std::string_view value) {
+  u32(static_cast<uint32_t>(value.size()));
+  bytes_.append(value);
+}
+
+void DescriptionWriter::tensor(const TensorPlace& place) {
+  text(place.name);
+  u32(static_cast<uint32_t>(place.dtype));
+  u32(static_cast<uint32_t>(place.shape.size()));
+  for (int64_t dim : place.shape) u64(static_cast<uint64_t>(dim));
+  u64(place.offset);
+  u64(place.nbytes);
+}
+
+std::string encode_batch(const BatchDescription& batch) {
+  DescriptionWriter writer;
+  writer.u64(batch.cancel_offset);
+  writer.u32(static_cast<uint32_t>(batch.requests.size()));
+  for (const RequestDescription& request : batch.requests) {
+    writer.text(request.id);
+    writer.text(request.parameters);
+    writer.u32(static_cast<uint32_t>(request.requested_outputs.size()));
+    for (std::string_view name : request.requested_outputs) writer.text(name);
+    writer.u32(static_cast<uint32_t>(request.inputs.size()));
+    for (const TensorPlace& input : request.inputs) writer.tensor(input);
+  }
+  return writer.bytes();
+}
+
+std::string encode_responses(const std::vector<ResponseDescription>& responses) {
+  DescriptionWriter writer;
+  writer.u32(static_cast<uint32_t>(responses.size()));
+  for (const ResponseDescription& response : responses) {
+    writer.u32(response.ok ? 1 : 0);
+    if (!response.ok) {
+      writer.text(response.error);
+      continue;
+    }
+    writer.u32(static_cast<uint32_t>(response.outputs.size()));
+    for (const TensorPlace& output : response.outputs) writer.tensor(output);
+  }
+  return writer.bytes();
+}
+
+Status decode_batch(std::string_view bytes, size_t arena_size, BatchDescription* batch) {
+  DescriptionReader reader(bytes);
+  batch->cancel_offset = reader.u64();
+  const uint32_t count = reader.u32();
+  if (reader.failed()) return corrupt("truncated");
+  if (batch->cancel_offset > arena_size || count > arena_size - batch->cancel_offset) {
+    return corrupt("the cancellation flags lie outside the arena");
+  }
+  batch->requests.clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    RequestDescription request;
+    request.id = reader.text();
+    request.parameters = reader.text();
+    const uint32_t requested = reader.u32();
+    for (uint32_t k = 0; k < requested && !reader.failed(); ++k) request.requested_outputs.push_back(reader.text());
+    const uint32_t inputs = reader.u32();
+    if (reader.failed()) return corrupt("truncated");
+    for (uint32_t k = 0; k < inputs; ++k) {
+      TensorPlace place;
+      Status status = read_tensor(&reader, arena_size, &place);
+      if (!status.ok()) return status;
+      request.inputs.push_back(std::move(place));
+    }
+    batch->requests.push_back(std::move(request));
+  }
+  if (!reader.at_end()) return corrupt("bytes after the last request");
+  return Status::Ok();
+}
+
+Status decode_responses(std::string_view bytes, size_t arena_size, std::vector<ResponseDescription>* responses) {
+  DescriptionReader reader(bytes);
+  const uint32_t count = reader.u32();
+  if (reader.failed()) return corrupt("truncated");
+  responses->clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    ResponseDescription response;
+    response.ok = reader.u32() == 1;
+    if (!response.ok) {
+      response.error = reader.text();
+      if (reader.failed()) return corrupt("truncated");
+      responses->push_back(std::move(response));
+      continue;
+    }
+    const uint32_t outputs = reader.u32();
+    if (reader.failed()) return corrupt("truncated");
+    for (uint32_t k = 0; k < outputs; ++k) {
+      TensorPlace place;
+      Status status = read_tensor(&reader, arena_size, &place);
+      if (!status.ok()) return status;
+      response.outputs.push_back(std::move(place));
+    }
+    responses->push_back(std::move(response));
+  }
+  if (!reader.at_end()) return corrupt("bytes after the last response");
+  return Status::Ok();
+}
+
+}  // namespace inferd::worker

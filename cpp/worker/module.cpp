@@ -1,0 +1,28 @@
+// inferd._worker: the python-backend worker's loop over its ring (worker_loop.h), imported by the
+// worker process only. It links the ring and its descriptions, none of the server.
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "worker_loop.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_worker, module) {
+  module.doc() = "The python-backend worker's loop over its shared-memory ring";
+  py::class_<inferd::worker::WorkerLoop>(module, "WorkerLoop")
+      .def(py::init<const std::string&>(), py::arg("fds"),
+           "Adopts the ring the server passed: its five descriptors, as --ring gives them.")
+      .def(
+          "serve",
+          [](inferd::worker::WorkerLoop& loop, py::object execute, py::object make_request, py::object resolve,
+             py::object report, py::object response_type, py::object should_stop) {
+            loop.serve(inferd::worker::LoopCallbacks{std::move(execute), std::move(make_request), std::move(resolve),
+                                                     std::move(report), std::move(response_type),
+                                                     std::move(should_stop)});
+          },
+          py::arg("execute"), py::arg("make_request"), py::arg("resolve"), py::arg("report"), py::arg("response_type"),
+          py::arg("should_stop"), "Serves batches until should_stop() answers true after a wake().")
+      .def("wake", &inferd::worker::WorkerLoop::wake, "Makes serve() ask should_stop(); from any thread.");
+}
