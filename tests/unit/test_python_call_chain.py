@@ -12,7 +12,6 @@ from inferd.python_backend.bls import (
     call_chain,
     split_chain,
 )
-from inferd.python_backend.process import PythonRequest
 from inferd.transport.bls import encode_call
 
 
@@ -39,10 +38,6 @@ def test_a_chain_that_is_not_a_list_of_names_counts_as_none() -> None:
 
 
 def test_a_batch_s_chain_is_every_model_that_led_to_it_then_the_caller() -> None:
-    batch = [
-        PythonRequest("1", {}, call_chain=("a", "b")),
-        PythonRequest("2", {}),
-        PythonRequest("3", {}, call_chain=("d", "a")),
-    ]
-    assert call_chain(batch, "c") == ("a", "b", "d", "c")
+    # The chains of a batch's three requests, as the worker split them from their parameters.
+    assert call_chain([("a", "b"), (), ("d", "a")], "c") == ("a", "b", "d", "c")
     assert call_chain([], "c") == ("c",)

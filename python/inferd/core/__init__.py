@@ -33,6 +33,7 @@ from inferd.core.native import (
     shown_message,
 )
 from inferd.core.policy import BatcherOptions, Padding, QueuePolicy
+from inferd.core.python_worker import CancellationFlag, PythonWorkerSession, WorkerRing
 from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
@@ -50,6 +51,7 @@ from inferd.core.scheduler import (
 
 __all__ = [
     "BatcherOptions",
+    "CancellationFlag",
     "CompletionDispatcher",
     "CoreEnsembleStep",
     "CoreResult",
@@ -69,6 +71,7 @@ __all__ = [
     "ObservationQueue",
     "ObservedRequest",
     "Padding",
+    "PythonWorkerSession",
     "QueuePolicy",
     "RequestAnsweringExecutor",
     "SchedulerDirectory",
@@ -79,6 +82,7 @@ __all__ = [
     "TraceBudget",
     "TraceSampling",
     "WireRequest",
+    "WorkerRing",
     "choose_weighted_version",
     "core_signature",
     "cuda_device_count",

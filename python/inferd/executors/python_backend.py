@@ -35,7 +35,7 @@ import structlog
 
 from inferd import errors
 from inferd.python_backend import pb_utils
-from inferd.python_backend.bls import ModelCaller, split_chain
+from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import (
     PythonModelProcess,
     PythonRequest,
@@ -94,7 +94,13 @@ class PythonBackendExecutor:
             str(output["name"]): pb_utils.triton_string_to_numpy(str(output["data_type"]))
             for output in json.loads(spec.model_config_json).get("output", [])
         }
-        self._process = PythonModelProcess(spec, model_caller)
+        self._process = PythonModelProcess(
+            spec, model_caller, serving=self._serving, died=self._died_mid_batch
+        )
+        # A model that is not decoupled is run by the core over its worker's ring: the core's
+        # scheduler takes this session instead of calling execute_requests.
+        if self._process.session is not None:
+            self.core_session = self._process.session
         # abandon: the load was given up (its worker is killed, errors.Cancelled raised).
         self._process.start(start_timeout_s, abandon)
         self._lock = threading.Lock()  # held by a batch or a restart, one at a time
@@ -136,7 +142,6 @@ class PythonBackendExecutor:
         for inputs, (request_id, requested, parameters, cancelled) in zip(
             requests, described, strict=True
         ):
-            chain, parameters = split_chain(parameters)
             batch.append(
                 PythonRequest(
                     request_id=request_id,
@@ -148,9 +153,16 @@ class PythonBackendExecutor:
                     requested_output_names=list(requested),
                     parameters=parameters,
                     cancelled=cancelled,
-                    call_chain=chain,
                 )
             )
+        if self._process.session is not None:
+            # The session finds a worker itself (``_serving``) and reports a death
+            # (``_died_mid_batch``); holding ``_lock`` here would block the restart it needs.
+            responses = self._process.execute(batch)
+            return [
+                None if response is None else self._answer(response, request.requested_output_names)
+                for response, request in zip(responses, batch, strict=True)
+            ]
         with self._lock:
             self._serving_locked()
             try:
@@ -177,6 +189,31 @@ class PythonBackendExecutor:
             None if response is None else self._answer(response, request.requested_output_names)
             for response, request in zip(responses, batch, strict=True)
         ]
+
+    def _serving(self) -> None:
+        """The core's session found no worker attached: one serves once this returns (restarted
+        now if it is due), else this raises why not."""
+        with self._lock:
+            self._serving_locked()
+
+    def _died_mid_batch(self, died: WorkerDied) -> errors.InferdError:
+        """The session's worker died while it ran a batch: the error that batch fails with; the
+        restart is scheduled."""
+        with self._state:
+            closing = self._closing
+        if closing:
+            return errors.Unavailable(
+                f"{self._spec.describe()} was stopped while it ran the request: {died}"
+            )
+        log.error(
+            "python model worker died",
+            model=self._spec.model_name,
+            version=self._spec.model_version,
+            instance=self._spec.instance_name,
+            reason=str(died),
+        )
+        self._restart_soon(str(died))
+        return died
 
     def _serving_locked(self) -> None:
         """Returns once a worker serves (restarted now if it is due); holds ``_lock``. Raises

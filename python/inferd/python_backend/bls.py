@@ -20,12 +20,9 @@ import concurrent.futures
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from inferd.python_backend.worker_io import PythonRequest
 
 ModelOutputs = dict[str, npt.NDArray[Any]]
 
@@ -49,10 +46,11 @@ class ModelCall:
     chain: tuple[str, ...] = ()  # the calling models, first caller first, the caller last
 
 
-def call_chain(batch: Sequence[PythonRequest], caller: str) -> tuple[str, ...]:
-    """The chain a call made from ``batch`` by model ``caller`` carries: every model that led to
-    a request of the batch (any of them may wait on this batch), then the caller."""
-    seen = [model for request in batch for model in request.call_chain]
+def call_chain(chains: Sequence[Sequence[str]], caller: str) -> tuple[str, ...]:
+    """The chain a call made by model ``caller`` from a batch whose requests had ``chains``
+    carries: every model that led to a request of the batch (any of them may wait on this
+    batch), then the caller."""
+    seen = [model for chain in chains for model in chain]
     return (*dict.fromkeys(seen), caller)
 
 

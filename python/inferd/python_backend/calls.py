@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -22,9 +21,14 @@ from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCall, ModelCaller, ModelOutputs, call_chain
 
 if TYPE_CHECKING:
-    from inferd.python_backend.worker_io import PythonRequest, WorkerSpec
+    from inferd.python_backend.worker_io import WorkerSpec
 
 log = structlog.get_logger(__name__)
+
+
+def _names(value: object) -> list[str]:
+    """A chain as the worker sent it: its names (anything else counts for none)."""
+    return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
 
 
 class CallRelay:
@@ -45,9 +49,9 @@ class CallRelay:
         message: ipc.Message,
         fds: list[int],
         channel: ipc.Channel | None,
-        batch: Sequence[PythonRequest],
     ) -> None:
-        """Starts the call ``message`` made from ``batch``; never blocks for its computation."""
+        """Starts the call ``message``; never blocks for its computation. Its ``chain`` is what
+        the worker's batch says led to it (the models whose calls made its requests)."""
         call_id = message.get("id")
         try:
             refs = [ipc.TensorRef.from_message(m) for m in message.get("inputs", ())]
@@ -59,7 +63,7 @@ class CallRelay:
                 request_id=str(message.get("request_id", "")),
                 parameters=str(message.get("parameters", "{}")),
                 timeout_us=int(message.get("timeout", 0)),
-                chain=call_chain(batch, self._spec.model_name),
+                chain=call_chain([_names(message.get("chain", []))], self._spec.model_name),
             )
         except (KeyError, TypeError, ValueError) as error:
             self._answer(channel, call_id, errors.InvalidArgument(f"a malformed call: {error}"))

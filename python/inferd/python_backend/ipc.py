@@ -99,6 +99,13 @@ class Channel:
         if frame:
             self._sock.sendall(frame)
 
+    def buffered(self) -> bool:
+        """Whether a whole message is already buffered (receive() returns it without reading)."""
+        if len(self._buffer) < _LENGTH.size:
+            return False
+        length: int = _LENGTH.unpack_from(self._buffer)[0]
+        return len(self._buffer) >= _LENGTH.size + length
+
     def receive(self) -> tuple[Message, list[int]]:
         """The next message and the descriptors that came with it.
 

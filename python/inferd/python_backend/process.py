@@ -1,9 +1,17 @@
 """The server's handle on one python-backend model instance's worker process.
 
 ``PythonModelProcess`` starts the worker (worker.py), hands it whole batches and reads back one
-answer per request. Its calls block; they are meant for one core worker thread at a time (a lock
-makes concurrent callers wait their turn). While it waits for the worker it sits in socket reads
-and process waits, which release the GIL, so the front end keeps running.
+answer per request. A model that is not decoupled is served over a shared-memory ring by the
+core (``session``: a ``PythonWorkerSession``, cpp/include/inferd/python_worker_executor.h), which
+the core's scheduler runs without Python in this process; this handle starts the worker with
+the ring's descriptors and attaches each started worker to the session. A decoupled model's
+batches go over the control socket as JSON (``execute``, its responses streamed back).
+
+A thread per started worker reads its control socket: the model's log records, its BLS calls
+and ``is_cancelled`` questions are handled there as they come, everything else is queued for
+the caller waiting on the worker. Calls block; they are meant for one core worker thread at a
+time (locks make concurrent callers wait their turn). Lock order: the session's ``exclusive()``,
+then ``_lock``.
 
 A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call in flight raise
 ``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
@@ -24,13 +32,19 @@ answers are sent back from whichever thread completes them, under a send lock) a
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import logging
 import os
+import queue
+import select
 import signal
 import socket
 import subprocess
 import threading
 import time
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,6 +53,8 @@ import numpy.typing as npt
 import structlog
 
 from inferd import errors
+from inferd.core import CancellationFlag, PythonWorkerSession, WorkerRing
+from inferd.datatypes import DATATYPES
 from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.calls import CallRelay
@@ -99,27 +115,119 @@ def _ended(request: PythonRequest) -> bool:
     return request.cancelled is not None and bool(request.cancelled())
 
 
+# Told, with the GIL and no lock of the process held, that a batch found no worker attached:
+# restarts one if that is due, else raises why none serves (the executor's back-off).
+Serving = Callable[[], None]
+# Told that the worker died (or broke the ring's protocol) while it held a batch: the error
+# that batch fails with (the executor schedules the restart).
+Died = Callable[[WorkerDied], errors.InferdError]
+
+_CONFIG_TYPES: Final = {d.config_name: d.config_type for d in DATATYPES.values()}
+
+
+def _worker_module() -> str:
+    """Where inferd._worker lies: the worker loads it from there, since an editable install keeps
+    it outside the source tree that the worker's PYTHONPATH names."""
+    spec = importlib.util.find_spec("inferd._worker")
+    if spec is None or spec.origin is None:
+        raise WorkerStartFailed("inferd._worker is not built: rebuild inferd (make build)")
+    return spec.origin
+
+
+def _tensors(config: dict[str, Any], key: str) -> tuple[list[str], list[int]]:
+    """The config's inputs or outputs: their names and datatype codes, in order."""
+    names: list[str] = []
+    codes: list[int] = []
+    for tensor in config.get(key, []):
+        names.append(str(tensor["name"]))
+        codes.append(_CONFIG_TYPES.get(str(tensor.get("data_type", "TYPE_FP32")), 0))
+    return names, codes
+
+
+def _session_of(process: PythonModelProcess, spec: WorkerSpec) -> PythonWorkerSession:
+    """The core's session for ``spec``'s instance; its hooks hold the process weakly (the core's
+    references are invisible to the cyclic collector)."""
+    handle = weakref.ref(process)
+
+    def ensure_serving() -> None:
+        alive = handle()
+        if alive is None:
+            raise errors.Unavailable(f"{spec.describe()} is gone")
+        alive._ensure_serving()
+
+    def died() -> None:
+        alive = handle()
+        if alive is None:
+            raise errors.Unavailable(f"{spec.describe()} is gone")
+        raise alive._session_died()
+
+    config = json.loads(spec.model_config_json)
+    input_names, input_types = _tensors(config, "input")
+    output_names, output_types = _tensors(config, "output")
+    return PythonWorkerSession(
+        spec.model_name,
+        spec.describe(),
+        input_names,
+        input_types,
+        output_names,
+        output_types,
+        ensure_serving,
+        died,
+    )
+
+
+def _watch_cancellations(
+    flags: list[tuple[Callable[[], bool], CancellationFlag]], done: threading.Event
+) -> None:
+    """Sets each flag once its request says it is cancelled, until the batch is done."""
+    pending = list(flags)
+    while pending:
+        for cancelled, flag in list(pending):
+            if cancelled():
+                flag.set()
+                pending.remove((cancelled, flag))
+        if done.wait(0.01):
+            return
+
+
 class PythonModelProcess:
     """One model instance's worker process and the channel to it.
 
     Invariants: at most one batch is in flight; the input arena is written only between
-    batches; ``_process`` and ``_channel`` are both set (a started worker) or both None; every
-    send on the channel holds ``_send_lock`` (BLS answers are sent from other threads).
+    batches; ``_process``, ``_channel`` and ``_inbox`` are all set (a started worker) or all
+    None; every send on the channel holds ``_send_lock`` (BLS answers are sent from other
+    threads); the session (ring mode) has the started worker attached, or none while there is
+    none.
     """
 
-    def __init__(self, spec: WorkerSpec, model_caller: ModelCaller | None = None) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        model_caller: ModelCaller | None = None,
+        *,
+        serving: Serving | None = None,
+        died: Died | None = None,
+    ) -> None:
         self._spec = spec
         self._decoupled = spec.decoupled
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: ipc.Channel | None = None
+        self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] | None = None
         self._inputs: ipc.ArenaWriter | None = None
         self._outputs: ipc.ArenaReader | None = None
         self._start_timeout_s = 60.0
         self._batch: list[PythonRequest] = []  # the batch in flight, for is_cancelled queries
         self._batch_id = 0  # the batch in flight's number: the worker's messages name theirs
         self._calls = CallRelay(model_caller, spec, self._send_lock)
+        self._serving = serving
+        self._on_died = died
+        # The death a session's batch failed with, raised again to a Python caller of execute.
+        self._last_died: WorkerDied | None = None
+        self.session: PythonWorkerSession | None = (
+            None if self._decoupled else _session_of(self, spec)
+        )
 
     @property
     def pid(self) -> int | None:
@@ -144,9 +252,9 @@ class PythonModelProcess:
         except errors.ModelLoadError as error:
             raise WorkerStartFailed(str(error)) from None
 
-    def _command(self, python: str, fd: int) -> list[str]:
+    def _command(self, python: str, fd: int, ring: WorkerRing | None) -> list[str]:
         spec = self._spec
-        return [
+        command = [
             python,
             "-m",
             "inferd.python_backend.worker",
@@ -163,6 +271,18 @@ class PythonModelProcess:
             "--parent-pid",  # the worker dies with this process (PR_SET_PDEATHSIG)
             str(os.getpid()),
         ]
+        if ring is not None:
+            command += ["--ring", ring.fds, "--worker-module", _worker_module()]
+        return command
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Holds the batch in flight back (the session's, waited out) and then ``_lock``."""
+        with contextlib.ExitStack() as held:
+            if self.session is not None:
+                held.enter_context(self.session.exclusive())
+            held.enter_context(self._lock)
+            yield
 
     def start(self, timeout_s: float = 60.0, abandon: threading.Event | None = None) -> None:
         """Spawns the worker and returns once the model's ``initialize`` has finished.
@@ -172,7 +292,7 @@ class PythonModelProcess:
         ``errors.Cancelled`` once ``abandon`` is set (the load was given up). The worker is
         killed whenever this raises.
         """
-        with self._lock:
+        with self._locked():
             self._start_timeout_s = timeout_s
             self._start_locked(timeout_s, abandon)
 
@@ -180,12 +300,16 @@ class PythonModelProcess:
         if self._process is not None:
             raise errors.FailedPrecondition(f"{self._spec.describe()} is already started")
         python = self._python()
+        try:
+            ring = None if self.session is None else WorkerRing(self._spec.instance_name)
+        except OSError as error:
+            reason = f"{self._spec.describe()}: no shared memory: {error}"
+            raise WorkerStartFailed(reason) from error
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        passed = (child_end.fileno(), *(() if ring is None else ring.descriptors))
         try:
             self._process = launch(
-                self._command(python, child_end.fileno()),
-                (child_end.fileno(),),
-                self._spec.instance_name,
+                self._command(python, child_end.fileno(), ring), passed, self._spec.instance_name
             )
         except OSError as error:
             parent_end.close()
@@ -201,13 +325,19 @@ class PythonModelProcess:
             daemon=True,
         ).start()
         self._channel = ipc.Channel(parent_end)
+        self._inbox = queue.Queue()
+        threading.Thread(
+            target=self._read,
+            args=(self._channel, self._inbox),
+            name=f"inferd-read-{self._spec.instance_name}",
+            daemon=True,
+        ).start()
         self._inputs = ipc.ArenaWriter(f"inferd-inputs-{self._spec.instance_name}")
         self._outputs = ipc.ArenaReader()
         try:
             self._send({"type": "initialize", "args": self._spec.initialize_args()})
             message = self._receive(time.monotonic() + timeout_s, abandon)
         except WorkerDied as died:
-            self._discard()
             raise WorkerStartFailed(f"{died} before initialize finished") from died
         except OSError as error:  # the socket broke before initialize was sent or answered
             self._kill_and_discard()
@@ -228,6 +358,12 @@ class PythonModelProcess:
         if message.get("type") != "ready":
             self._kill_and_discard()
             raise WorkerStartFailed(f"{self._spec.describe()}: unexpected {message.get('type')!r}")
+        if ring is not None:
+            if not message.get("ring"):
+                self._kill_and_discard()
+                raise WorkerStartFailed(f"{self._spec.describe()}: the worker took no ring")
+            assert self.session is not None
+            self.session.attach(ring, os.pidfd_open(self._process.pid))
 
     def execute(
         self, requests: list[PythonRequest], respond: Respond | None = None
@@ -239,6 +375,8 @@ class PythonModelProcess:
         Raises ``WorkerDied`` when the worker ends before answering (its requests are lost;
         ``restart()`` serves again) and ``errors.Unavailable`` when no worker is running.
         """
+        if self.session is not None:
+            return self._execute_on_ring(self.session, requests)
         with self._lock:
             if self._channel is None or self._inputs is None or self._outputs is None:
                 raise errors.Unavailable(f"{self._spec.describe()} is not running")
@@ -265,7 +403,6 @@ class PythonModelProcess:
                 position += count
             self._batch_id += 1
             message: ipc.Message = {"type": "execute", "batch": self._batch_id, "requests": wire}
-            self._channel.socket.settimeout(None)  # _receive's liveness polls are for reads only
             try:
                 if replaced is None:
                     self._send(message)
@@ -284,6 +421,75 @@ class PythonModelProcess:
             if reply.get("type") != "result" or len(reply.get("responses", ())) != len(requests):
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
             return [self._response(answer) for answer in reply["responses"]]
+
+    def _execute_on_ring(
+        self, session: PythonWorkerSession, requests: list[PythonRequest]
+    ) -> list[PythonResponse | None]:
+        """A batch through the core's session, as its scheduler runs them (warm-up, tests); each
+        request's ``cancelled`` is watched by a thread of this call's, which sets its flag."""
+        batch: list[tuple[str, list[tuple[str, int, Any]], list[str], str, CancellationFlag]] = []
+        flags: list[tuple[Callable[[], bool], CancellationFlag]] = []
+        for request in requests:
+            try:
+                inputs = [
+                    (name, DATATYPES[ipc.datatype_of(array)].config_type, array)
+                    for name, array in request.inputs.items()
+                ]
+            except TypeError as error:
+                raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
+            flag = CancellationFlag()
+            if request.cancelled is not None:
+                flags.append((request.cancelled, flag))
+            requested = request.requested_output_names
+            batch.append((request.request_id, inputs, requested, request.parameters, flag))
+        self._last_died = None
+        done = threading.Event()
+        if flags:
+            threading.Thread(
+                target=_watch_cancellations, args=(flags, done), name="inferd-cancel", daemon=True
+            ).start()
+        try:
+            answers = session.run(batch)
+        except (RuntimeError, ValueError) as failed:
+            died = self._last_died
+            if died is not None and str(died) == str(failed):
+                raise died from None
+            raise errors.error_for_code(int(getattr(failed, "code", 7)), str(failed)) from None
+        finally:
+            done.set()
+        responses: list[PythonResponse | None] = []
+        for answer in answers:
+            if isinstance(answer, tuple):
+                responses.append(PythonResponse(error=str(answer[1])))
+            else:
+                # Copies: the answers' memory is the worker's arena, reused by later batches.
+                responses.append(
+                    PythonResponse(
+                        outputs={name: np.array(array, copy=True) for name, array in answer.items()}
+                    )
+                )
+        return responses
+
+    def _ensure_serving(self) -> None:
+        """The session found no worker attached: the executor restarts one if that is due."""
+        if self._serving is not None:
+            self._serving()
+        assert self.session is not None
+        if not self.session.attached:
+            raise errors.Unavailable(f"{self._spec.describe()} is not running")
+
+    def _session_died(self) -> errors.InferdError:
+        """The attached worker exited or broke the ring's protocol while it held a batch (the
+        session holds exclusive(), and has detached it): killed, reaped, described; the error
+        its batch fails with."""
+        self.kill()
+        with self._lock:
+            if self._process is None:
+                died = WorkerDied(f"{self._spec.describe()} died")
+            else:
+                died = self._died()
+        self._last_died = died
+        return died if self._on_died is None else self._on_died(died)
 
     def _decoupled_answers(
         self, count: int, respond: Respond | None
@@ -375,7 +581,11 @@ class PythonModelProcess:
         """Cancels the batch's BLS calls in flight once every request of the batch was cancelled
         or passed its deadline: the calls carry the callers' end, so a stuck call (a hung or
         cyclic model) cannot hold this instance for good."""
-        if self._batch and all(_ended(r) for r in self._batch):
+        if self.session is not None:
+            abandoned = self.session.batch_abandoned()
+        else:
+            abandoned = bool(self._batch) and all(_ended(r) for r in self._batch)
+        if abandoned:
             self._calls.cancel_all()
 
     def _streamed(self, message: ipc.Message, fds: list[int]) -> PythonResponse:
@@ -413,47 +623,65 @@ class PythonModelProcess:
     def _receive_message(
         self, deadline: float | None, abandon: threading.Event | None = None
     ) -> tuple[ipc.Message, list[int]]:
-        """The worker's next message other than a log line (logged here) or a BLS call (handed
-        to the model caller), with its descriptors. While the worker is silent, the batch's BLS
-        calls are cancelled once its every request ended.
+        """The worker's next message other than a log line, a BLS call or an ``is_cancelled``
+        question (the reader thread handles those), with its descriptors.
 
         Raises ``WorkerDied`` when the worker ends first, ``TimeoutError`` at ``deadline`` and
         ``errors.Cancelled`` once ``abandon`` is set.
         """
-        assert self._channel is not None
+        assert self._inbox is not None
         while True:
             wait = _LIVENESS_POLL_S
             if deadline is not None:
                 wait = min(wait, max(deadline - time.monotonic(), 0.001))
-            self._channel.socket.settimeout(wait)
             try:
-                message, fds = self._channel.receive()
-            except TimeoutError:
+                received = self._inbox.get(timeout=wait)
+            except queue.Empty:
                 if self._process is not None and self._process.poll() is not None:
                     raise self._died() from None
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise
+                    raise TimeoutError from None
                 if abandon is not None and abandon.is_set():
                     reason = f"{self._spec.describe()}: the load was abandoned"
                     raise errors.Cancelled(reason) from None
-                self._cancel_abandoned_calls()
                 continue
-            except (ipc.ChannelClosed, ConnectionError):
-                raise self._died() from None
-            if message.get("type") == "log":
-                self._log_record(message)
-                for fd in fds:
-                    os.close(fd)
-                continue
-            if message.get("type") == "bls":
-                self._calls.start(message, fds, self._channel, self._batch)
-                continue
-            if message.get("type") == "is_cancelled":
-                for fd in fds:
-                    os.close(fd)
-                self._answer_cancelled(message)
-                continue
-            return message, fds
+            if received is None:
+                raise self._died()
+            return received
+
+    def _read(
+        self, channel: ipc.Channel, inbox: queue.Queue[tuple[ipc.Message, list[int]] | None]
+    ) -> None:
+        """The reader of one started worker's control socket, until it closes (the worker ended,
+        or the server discarded it): log lines logged, BLS calls started, ``is_cancelled``
+        answered, everything else queued for whoever waits on the worker (None at the end).
+        While the worker is silent, the batch's BLS calls are cancelled once its every request
+        ended. Closes the channel when it ends."""
+        try:
+            while True:
+                if not channel.buffered():
+                    readable, _, _ = select.select([channel.socket], [], [], _LIVENESS_POLL_S)
+                    if not readable:
+                        self._cancel_abandoned_calls()
+                        continue
+                message, fds = channel.receive()
+                kind = message.get("type")
+                if kind == "log":
+                    self._log_record(message)
+                    for fd in fds:
+                        os.close(fd)
+                elif kind == "bls":
+                    self._calls.start(message, fds, channel)
+                elif kind == "is_cancelled":
+                    for fd in fds:
+                        os.close(fd)
+                    self._answer_cancelled(message)
+                else:
+                    inbox.put((message, fds))
+        except (ipc.ChannelClosed, OSError, ValueError):
+            inbox.put(None)
+        finally:
+            channel.close()
 
     def _answer_cancelled(self, message: ipc.Message) -> None:
         """Whether request ``index`` of the batch in flight was cancelled; a request of a batch
@@ -505,7 +733,7 @@ class PythonModelProcess:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Asks the worker to run ``finalize`` and exit; SIGKILL when ``grace_s`` passes first."""
-        with self._lock:
+        with self._locked():
             self._stop_locked(grace_s)
 
     def _stop_locked(self, grace_s: float) -> None:
@@ -513,7 +741,6 @@ class PythonModelProcess:
             return
         deadline = time.monotonic() + grace_s
         try:
-            self._channel.socket.settimeout(max(grace_s, 0.001))
             self._send({"type": "stop"})
             reply = self._receive(deadline)
             if reply.get("error"):
@@ -538,7 +765,7 @@ class PythonModelProcess:
 
     def restart(self) -> None:
         """Replaces the worker (killed if still running) by a fresh one, initialized again."""
-        with self._lock:
+        with self._locked():
             self._kill_and_discard()
             self._start_locked(self._start_timeout_s)
 
@@ -549,10 +776,17 @@ class PythonModelProcess:
         self._discard()
 
     def _discard(self) -> None:
-        for closeable in (self._channel, self._inputs, self._outputs):
+        if self.session is not None:
+            self.session.detach()
+        if self._channel is not None:
+            # The reader thread sees the end and closes the channel itself.
+            with contextlib.suppress(OSError):
+                self._channel.socket.shutdown(socket.SHUT_RDWR)
+        for closeable in (self._inputs, self._outputs):
             if closeable is not None:
                 closeable.close()
         self._channel = None
+        self._inbox = None
         self._inputs = None
         self._outputs = None
         self._process = None

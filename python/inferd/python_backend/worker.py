@@ -6,7 +6,11 @@ Run by ``PythonModelProcess`` (process.py) as::
         --model-file PATH --fd FD
 
 The command line names the model, version and instance so that operators find the process
-with ``ps``. ``--fd`` is the worker's end of the control socket (ipc.py). The worker imports
+with ``ps``. ``--fd`` is the worker's end of the control socket (ipc.py). A model that is not
+decoupled also gets ``--ring`` (the shared-memory ring's five descriptors) and
+``--worker-module`` (inferd._worker's file): its batches come over the ring, and the loop that
+serves them is C++ (cpp/worker/worker_loop.h), calling the model's ``execute``; the control
+socket then carries the rest (initialize, stop, log records, BLS calls). The worker imports
 ``model.py`` from its path with inferd's ``triton_python_backend_utils`` in place, builds
 ``TritonPythonModel``, calls ``initialize(args)`` with the args Triton documents (every value a
 string), then serves batches one at a time until told to stop, when it calls ``finalize()``.
@@ -58,7 +62,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -67,6 +71,7 @@ import numpy as np
 import numpy.typing as npt
 
 from inferd.python_backend import ipc, pb_utils
+from inferd.python_backend.bls import call_chain, split_chain
 from inferd.python_backend.worker_requests import BatchCancellation, PendingCalls, ResponseSender
 
 
@@ -86,6 +91,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--parent-pid", type=int, help="the server's pid: the worker dies with it (SIGKILL)"
     )
+    parser.add_argument("--ring", help="the batch ring's descriptors (ring,inputs,outputs,bells)")
+    parser.add_argument("--worker-module", help="the file of inferd._worker, which serves the ring")
     options = parser.parse_args(argv)
     if not options.auto_complete_config and None in (options.version, options.instance, options.fd):
         parser.error("--version, --instance and --fd are required to serve an instance")
@@ -97,6 +104,24 @@ def _describe(error: BaseException) -> str:
     if isinstance(error, pb_utils.TritonModelException | pb_utils.TritonError):
         return text or type(error).__name__
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _load_worker_module(path: str) -> ModuleType:
+    """inferd._worker from the file the server named (built for the server's Python: a model's
+    EXECUTION_ENV_PATH must be a virtualenv of that same Python version)."""
+    spec = importlib.util.spec_from_file_location("inferd._worker", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load inferd._worker from {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"{sys.executable} (Python {sys.version.split()[0]}) cannot load inferd._worker from "
+            f"{path}: {error}; a model's EXECUTION_ENV_PATH must be a virtualenv of the server's "
+            "Python version"
+        ) from error
+    return module
 
 
 def _import_model(model_file: Path) -> ModuleType:
@@ -135,8 +160,11 @@ class ModelWorker:
         self._inputs = ipc.ArenaReader()
         self._outputs = ipc.ArenaWriter(f"inferd-outputs-{options.instance}")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ring: Any = None  # inferd._worker.WorkerLoop, serving the batch ring
         self._model: Any = None
         self._decoupled = False
+        # The chains of the models whose BLS calls led to the batch's requests (bls.py).
+        self._batch_chains: list[tuple[str, ...]] = []
         # Messages for the main thread (execute, stop); None once the channel closed.
         self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] = queue.Queue()
         self.calls = PendingCalls()
@@ -185,9 +213,11 @@ class ModelWorker:
                     self._end_request(message)
                 else:
                     self._inbox.put((message, fds))
+                    self._wake_ring()
         except (ipc.ChannelClosed, OSError, ValueError):
             self.calls.close("the server closed the worker's channel")
             self._inbox.put(None)
+            self._wake_ring()
         # The server is gone (or stopping it): the main thread finalizes and exits, unless model
         # code holds it; then the process ends here, so that no worker outlives its server.
         time.sleep(_ORPHAN_GRACE_S)
@@ -203,8 +233,22 @@ class ModelWorker:
         if sender is not None:
             sender.end()
 
+    def _wake_ring(self) -> None:
+        """Makes the ring's loop look at the inbox (a stop, or the channel's end)."""
+        if self._ring is not None:
+            self._ring.wake()
+
     def _serve_batches(self) -> None:
         """Executes batches until the server says stop."""
+        if self._ring is not None:
+            self._ring.serve(
+                self._model.execute,
+                self._ring_request,
+                self._await,
+                self._report,
+                pb_utils.InferenceResponse,
+                lambda: not self._inbox.empty(),
+            )
         while True:
             received = self._inbox.get()
             if received is None:
@@ -213,7 +257,7 @@ class ModelWorker:
             kind = message.get("type")
             if kind == "stop":
                 return
-            if kind != "execute":
+            if kind != "execute" or self._ring is not None:
                 raise ValueError(f"unknown control message {kind!r}")
             self._inputs.adopt(message, fds)
             self._execute(int(message.get("batch", 0)), list(message["requests"]))
@@ -226,6 +270,9 @@ class ModelWorker:
             self._decoupled = pb_utils.using_decoupled_model_transaction_policy(
                 json.loads(args["model_config"])
             )
+            if self._options.ring is not None:
+                worker_module = _load_worker_module(str(self._options.worker_module))
+                self._ring = worker_module.WorkerLoop(self._options.ring)
             module = _import_model(self._options.model_file)
             model_class = getattr(module, "TritonPythonModel", None)
             if model_class is None:
@@ -238,7 +285,7 @@ class ModelWorker:
             traceback.print_exc()
             self.send({"type": "initialize_failed", "message": _describe(error)})
             return False
-        self.send({"type": "ready"})
+        self.send({"type": "ready", "ring": self._ring is not None})
         return True
 
     def _await(self, result: object) -> object:
@@ -250,6 +297,7 @@ class ModelWorker:
         return self._loop.run_until_complete(_resolve(result))
 
     def _execute(self, batch: int, wire_requests: list[ipc.Message]) -> None:
+        self._batch_chains = []
         requests = [self._request(r) for r in wire_requests]
         cancellation = BatchCancellation(self, batch, len(requests))
         for index, request in enumerate(requests):
@@ -352,6 +400,7 @@ class ModelWorker:
             "request_id": request.request_id(),
             "parameters": request.parameters(),
             "timeout": request.timeout(),
+            "chain": list(call_chain(self._batch_chains, self._options.model)[:-1]),
         }
         try:
             tensors = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
@@ -394,11 +443,46 @@ class ModelWorker:
                     "not an InferenceResponse"
                 )
 
+    def _ring_request(
+        self,
+        index: int,
+        request_id: str,
+        inputs: list[tuple[str, npt.NDArray[Any]]],
+        requested: list[str],
+        parameters: str,
+        cancelled: Callable[[], bool],
+    ) -> pb_utils.InferenceRequest:
+        """One request of a batch the ring brought, as the model gets it (the loop's
+        ``make_request``)."""
+        if index == 0:
+            self._batch_chains = []
+        chain, parameters = split_chain(parameters)
+        self._batch_chains.append(chain)
+        request = pb_utils.InferenceRequest(
+            model_name=self._options.model,
+            inputs=[pb_utils.Tensor(name, array) for name, array in inputs],
+            requested_output_names=requested,
+            model_version=self._options.version,
+            request_id=request_id,
+            parameters=parameters,
+        )
+        request._attach_cancellation(cancelled)
+        return request
+
+    @staticmethod
+    def _report(error: BaseException) -> str:
+        """An exception from execute: its traceback to stderr (the server's log), and the message
+        the batch's requests fail with."""
+        traceback.print_exception(error)
+        return _describe(error)
+
     def _request(self, wire: ipc.Message) -> pb_utils.InferenceRequest:
         inputs = [
             pb_utils.Tensor(ref.name, self._inputs.view(ref))
             for ref in (ipc.TensorRef.from_message(m) for m in wire["inputs"])
         ]
+        chain, parameters = split_chain(str(wire.get("parameters", "{}")))
+        self._batch_chains.append(chain)
         return pb_utils.InferenceRequest(
             model_name=self._options.model,
             inputs=inputs,
@@ -408,7 +492,7 @@ class ModelWorker:
             correlation_id=wire.get("correlation_id", 0),
             flags=int(wire.get("flags", 0)),
             timeout=int(wire.get("timeout", 0)),
-            parameters=str(wire.get("parameters", "{}")),
+            parameters=parameters,
         )
 
     def _reply_all_failed(self, count: int, message: str) -> None:

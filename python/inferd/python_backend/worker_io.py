@@ -79,8 +79,6 @@ class PythonRequest:
     # Whether the request was cancelled while it runs (its client went away, or its deadline
     # passed): the model asks through request.is_cancelled().
     cancelled: Callable[[], bool] | None = None
-    # The python models whose BLS calls led to this request, first caller first (bls.py).
-    call_chain: tuple[str, ...] = ()
 
 
 @dataclass

@@ -1,0 +1,11 @@
+"""The core's side of python-backend models (cpp/include/inferd/python_worker_executor.h): a
+worker's shared-memory ring and the session that the core's worker threads run its batches
+through, without the GIL."""
+
+from __future__ import annotations
+
+import inferd._core as _core
+
+WorkerRing = _core.WorkerRing
+CancellationFlag = _core.CancellationFlag
+PythonWorkerSession = _core.PythonWorkerSession
