@@ -403,6 +403,8 @@ class PythonModelProcess:
                 position += count
             self._batch_id += 1
             message: ipc.Message = {"type": "execute", "batch": self._batch_id, "requests": wire}
+            # Before the send: the reader thread answers the batch's is_cancelled questions.
+            self._batch = requests
             try:
                 if replaced is None:
                     self._send(message)
@@ -411,7 +413,6 @@ class PythonModelProcess:
                     self._send(message, (replaced.fd,))
             except OSError:
                 pass  # the worker is gone: _receive names how it ended
-            self._batch = requests
             try:
                 if self._decoupled:
                     return self._decoupled_answers(len(requests), respond)
