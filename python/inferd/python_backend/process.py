@@ -439,7 +439,9 @@ class PythonModelProcess:
             except TypeError as error:
                 raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
             flag = CancellationFlag()
-            if request.cancelled is not None:
+            if _ended(request):
+                flag.set()  # before the send: the worker may ask before a watcher runs
+            elif request.cancelled is not None:
                 flags.append((request.cancelled, flag))
             requested = request.requested_output_names
             batch.append((request.request_id, inputs, requested, request.parameters, flag))
