@@ -204,8 +204,8 @@ class FakeWorker {
       result.count = static_cast<uint32_t>(responses.size());
       result.offset = at;
       result.length = description.size();
+      ++batches;  // before the answer: the test reads it once its batch is answered
       ring_.send(result);
-      ++batches;
     }
   }
 
