@@ -14,7 +14,14 @@ void LatencyHistogram::add(uint64_t ns) {
 }
 
 void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests,
-                                   const BatchTimeline& t) {
+                                   const BatchTimeline& timeline) {
+  std::vector<const InferenceRequest*> viewed;
+  viewed.reserve(requests.size());
+  for (const auto& request : requests) viewed.push_back(request.get());
+  record_batch(viewed, timeline);
+}
+
+void ModelStatistics::record_batch(const std::vector<const InferenceRequest*>& requests, const BatchTimeline& t) {
   const uint64_t n = requests.size();
   uint64_t rows = 0, queue_ns = 0, total_ns = 0;
   LatencyHistogram request_duration, queue_duration;  // this batch's, merged under the lock

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoupled_batch.h"
 #include "inferd/model_signature.h"
 
 namespace inferd {
@@ -16,7 +17,12 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       instances_(std::move(instances)),
       completions_(std::move(completions)),
       pool_(std::move(pool)),
-      batcher_(options_.batching) {
+      batcher_(options_.batching),
+      decoupled_(std::make_shared<DecoupledRequests>(
+          [this](std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing) {
+            complete_open(std::move(request), std::move(result), timing);
+          },
+          &statistics_)) {
   workers_.reserve(instances_.size());
   for (size_t i = 0; i < instances_.size(); ++i) {
     Executor* executor = instances_[i].get();
@@ -77,6 +83,13 @@ void Scheduler::shutdown(ShutdownMode mode) {
     if (worker.joinable()) worker.join();
   }
   workers_.clear();
+  // No batch starts now; what the executors left open is answered before the scheduler goes.
+  if (mode == ShutdownMode::kReject) {
+    decoupled_->fail_open(Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded"));
+  } else {
+    decoupled_->wait_until_none_open();
+  }
+  decoupled_->close();
 }
 
 void Scheduler::fail(std::unique_ptr<InferenceRequest> request, const Status& status) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoupled_batch.h"
 #include "inferd/scheduler.h"
 #include "request_answers.h"
 #include "staged_batch.h"
@@ -104,15 +105,20 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   RequestBatch& batch = staged->requests;
   BatchTimeline& timeline = staged->timeline;
   staged->executor_failed = false;  // a failure of the whole batch is not bisected: it fails every request
-  std::vector<RequestResult> results;
-  std::optional<StreamedResponses> responses;
-  if (executor->decoupled()) responses.emplace(batch, &statistics_);
   std::vector<uint64_t> tokens;
   for (const auto& request : batch) tokens.push_back(request->token);
-  const RunningRequests::Watch running(&running_, std::move(tokens));
+  auto running = std::make_unique<RunningRequests::Watch>(&running_, std::move(tokens));
   for (size_t i = 0; i < staged->request_inputs.size(); ++i) {
-    staged->request_inputs[i].cancellation.flag = running.flag(i);
+    staged->request_inputs[i].cancellation.flag = running->flag(i);
   }
+  // A decoupled batch's requests may stay open past execute: the batch keeps their watch.
+  std::shared_ptr<DecoupledBatch> open;
+  std::optional<DecoupledBatch::Stream> responses;
+  if (executor->decoupled()) {
+    open = decoupled_->open(batch, std::move(running));
+    responses.emplace(open);
+  }
+  std::vector<RequestResult> results;
   Status status;
   try {
     status = executor->execute_requests(staged->request_inputs, &results, responses ? &*responses : nullptr);
@@ -125,38 +131,61 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
     status = Status::Error(StatusCode::kInternal, "the executor answered " + std::to_string(results.size()) +
                                                       " results for " + std::to_string(batch.size()) + " requests");
   }
-  if (!status.ok()) {
-    for (size_t i = 0; responses && i < batch.size(); ++i) responses->finish(i, true);  // each fails with it
-    return status;
-  }
   const size_t batch_requests = batch.size();
+  // Only a decoupled request may end with its final flag alone.
+  auto answered = [&open](const RequestResult& result) { return !open || result.respond || !result.status.ok(); };
+  auto check_shapes = [&](size_t i) {
+    if (answered(results[i]) && results[i].status.ok()) {
+      const Status shapes = check_answer_shapes(*batch[i], results[i].outputs);
+      if (!shapes.ok()) results[i].status = shapes;
+    }
+  };
+  // Statistics before settle(): from there an open request may be completed, and freed, at once.
+  std::vector<bool> was_pending(batch.size(), false);
+  std::vector<const InferenceRequest*> executed;  // computed, or left open
+  int64_t rows = 0;
+  for (size_t i = 0; status.ok() && i < batch.size(); ++i) {
+    was_pending[i] = results[i].pending;
+    if (!was_pending[i]) check_shapes(i);
+    if (!was_pending[i] && !results[i].status.ok()) continue;
+    executed.push_back(batch[i].get());
+    rows += batch[i]->batch_size;
+  }
+  if (!executed.empty()) statistics_.record_batch(executed, timeline);
+  const RequestTiming timing = batch_timing(instance, timeline, batch_requests, rows);
+  // Pending requests without a final result yet move into `open` (their places left null).
+  if (open) open->settle(status, timing, &results, &batch);
+  if (!status.ok()) return status;  // each fails with it
   RequestBatch computed;
   std::vector<std::vector<Tensor>> outputs;
   std::vector<bool> respond;
   for (size_t i = 0; i < batch.size(); ++i) {
-    // Only a decoupled request may end with its final flag alone.
-    const bool answered = !responses || results[i].respond || !results[i].status.ok();
-    if (answered && results[i].status.ok()) {
-      const Status shapes = check_answer_shapes(*batch[i], results[i].outputs);
-      if (!shapes.ok()) results[i].status = shapes;
-    }
-    if (responses) responses->finish(i, answered);
+    if (batch[i] == nullptr) continue;    // open: answered later, through `open`
+    if (was_pending[i]) check_shapes(i);  // its final result came while execute ran
     if (results[i].status.ok()) {
+      const bool with_response = answered(results[i]);
       computed.push_back(std::move(batch[i]));
-      outputs.push_back(answered ? std::move(results[i].outputs) : std::vector<Tensor>{});
-      respond.push_back(answered);
+      outputs.push_back(with_response ? std::move(results[i].outputs) : std::vector<Tensor>{});
+      respond.push_back(with_response);
     } else {
       fail(std::move(batch[i]), results[i].status);
     }
   }
   batch.clear();
-  if (!computed.empty()) complete_batch(&computed, &outputs, instance, timeline, batch_requests, respond);
+  if (!computed.empty()) complete_computed(&computed, &outputs, timing, respond);
   return Status::Ok();
 }
 
 void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
-                               const BatchTimeline& timeline, size_t batch_requests, const std::vector<bool>& respond) {
+                               const BatchTimeline& timeline, size_t batch_requests) {
   statistics_.record_batch(*batch, timeline);
+  int64_t rows = 0;
+  for (const auto& request : *batch) rows += request->batch_size;
+  complete_computed(batch, per_request, batch_timing(instance, timeline, batch_requests, rows));
+}
+
+RequestTiming Scheduler::batch_timing(uint32_t instance, const BatchTimeline& timeline, size_t batch_requests,
+                                      int64_t rows) {
   RequestTiming timing;
   timing.compute_start = timeline.start;
   timing.input_done = timeline.input_done;
@@ -164,8 +193,13 @@ void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tens
   timing.compute_end = timeline.output_done;
   timing.batch_id = next_batch_id_.fetch_add(1, std::memory_order_relaxed);
   timing.batch_requests = static_cast<uint32_t>(batch_requests);
-  for (const auto& request : *batch) timing.batch_rows += request->batch_size;
+  timing.batch_rows = rows;
   timing.instance = instance;
+  return timing;
+}
+
+void Scheduler::complete_computed(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
+                                  const RequestTiming& timing, const std::vector<bool>& respond) {
   for (size_t i = 0; i < batch->size(); ++i) {
     Completion completion;
     completion.token = (*batch)[i]->token;
@@ -178,6 +212,24 @@ void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tens
     complete(std::move(completion), sequence);
   }
   batch->clear();
+}
+
+void Scheduler::complete_open(std::unique_ptr<InferenceRequest> request, RequestResult&& result,
+                              const RequestTiming& timing) {
+  if (result.status.ok() && result.respond) result.status = check_answer_shapes(*request, result.outputs);
+  if (!result.status.ok()) {
+    fail(std::move(request), result.status);
+    return;
+  }
+  Completion completion;
+  completion.token = request->token;
+  completion.timing = timing;
+  completion.timing.enqueued = request->enqueue_time;
+  completion.outputs = std::move(result.outputs);
+  completion.respond = result.respond;
+  const uint64_t sequence = request->sequence;
+  completion.request = std::move(request);
+  complete(std::move(completion), sequence);
 }
 
 }  // namespace inferd

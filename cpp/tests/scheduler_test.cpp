@@ -571,6 +571,207 @@ TEST(Scheduler, ADecoupledExecutorStreamsEachRequestsResponsesInOrderThenOneFina
   EXPECT_EQ(stats.fail.count, 1u);
 }
 
+// A decoupled executor whose execute returns at once, each request left open
+// (RequestResult::pending), as a python model whose own thread sends: the test answers them
+// through the LaterResponses kept here, by request value. A request of value 4 is given its final
+// result (44) while execute runs. With `keep` false the executor lets go of the batch at once.
+class InFlightExecutor : public Executor {
+ public:
+  struct Open {
+    std::shared_ptr<LaterResponses> later;
+    size_t index = 0;
+    RequestCancellation cancellation;
+  };
+  explicit InFlightExecutor(bool keep = true) : keep_(keep) {}
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "execute() called on a decoupled executor");
+  }
+  bool decoupled() const override { return true; }
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
+                          ResponseStream* responses) override {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const int32_t value = *reinterpret_cast<const int32_t*>(requests[i].inputs.at(0).data);
+      if (value == 4) {
+        EXPECT_TRUE(responses->later()->finish(i, int_result(44)));
+      }
+      RequestResult pending;
+      pending.pending = true;
+      results->push_back(std::move(pending));
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (keep_) open_[value] = Open{responses->later(), i, requests[i].cancellation};
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++batches_;
+    changed_.notify_all();
+    return Status::Ok();
+  }
+  // The open request of `value` (10 s at most; a null `later` if it never came).
+  Open wait_for(int32_t value) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(10), [&] { return open_.count(value) != 0; });
+    const auto found = open_.find(value);
+    return found == open_.end() ? Open{} : found->second;
+  }
+  int batches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batches_;
+  }
+  void forget() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_.clear();
+  }
+
+ private:
+  const bool keep_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<int32_t, Open> open_;
+  int batches_ = 0;
+};
+
+RequestResult flag_only() {
+  RequestResult result;
+  result.respond = false;
+  return result;
+}
+
+TEST(Scheduler, ADecoupledExecutorMayReturnBeforeItsFinalResponsesAndTheInstanceTakesItsNextBatch) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<std::unique_ptr<Executor>> instances;
+  auto owned = std::make_unique<InFlightExecutor>();
+  InFlightExecutor* executor = owned.get();
+  instances.push_back(std::move(owned));
+  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  auto sink = std::make_shared<RecordingSink>();
+  auto first = int_request(1, 1);
+  first->sink = sink;
+  ASSERT_TRUE(scheduler.submit(std::move(first)).ok());
+  const InFlightExecutor::Open one = executor->wait_for(1);
+  ASSERT_NE(one.later, nullptr);
+  // Request 1 is still open, yet the one instance takes request 2's batch.
+  auto second = int_request(2, 2);
+  second->sink = sink;
+  ASSERT_TRUE(scheduler.submit(std::move(second)).ok());
+  const InFlightExecutor::Open two = executor->wait_for(2);
+  ASSERT_NE(two.later, nullptr);
+  EXPECT_EQ(executor->batches(), 2);
+  // Answered from this thread, interleaved across the two batches.
+  std::thread answering([&] {
+    EXPECT_TRUE(one.later->respond(one.index, int_result(10)));
+    EXPECT_TRUE(two.later->respond(two.index, int_result(20)));
+    EXPECT_TRUE(two.later->finish(two.index, int_result(21)));
+    EXPECT_TRUE(one.later->respond(one.index, int_result(11)));
+    EXPECT_TRUE(one.later->finish(one.index, flag_only()));
+  });
+  answering.join();
+  // A request that ended takes nothing more.
+  EXPECT_FALSE(one.later->respond(one.index, int_result(12)));
+  EXPECT_FALSE(two.later->finish(two.index, int_result(22)));
+  // Value 4's final result came while its execute ran: it completes when execute returns.
+  auto third = int_request(3, 4);
+  third->sink = sink;
+  ASSERT_TRUE(scheduler.submit(std::move(third)).ok());
+  auto seen = sink->wait(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[1].responses, (std::vector<int32_t>{10, 11}));
+  ASSERT_EQ(seen[1].finals.size(), 1u);
+  EXPECT_TRUE(seen[1].finals[0].status.ok()) << seen[1].finals[0].status.message;
+  EXPECT_FALSE(seen[1].finals[0].respond);
+  EXPECT_EQ(seen[2].responses, std::vector<int32_t>{20});
+  ASSERT_EQ(seen[2].finals.size(), 1u);
+  ASSERT_TRUE(seen[2].finals[0].status.ok()) << seen[2].finals[0].status.message;
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(seen[2].finals[0].outputs.at(0).data), 21);
+  EXPECT_NE(seen[2].finals[0].timing.batch_id, seen[1].finals[0].timing.batch_id);
+  ASSERT_EQ(seen[3].finals.size(), 1u);
+  ASSERT_TRUE(seen[3].finals[0].status.ok()) << seen[3].finals[0].status.message;
+  EXPECT_EQ(*reinterpret_cast<const int32_t*>(seen[3].finals[0].outputs.at(0).data), 44);
+  const StatisticsSnapshot stats = scheduler.statistics();
+  EXPECT_EQ(stats.execution_count, 3u);
+  EXPECT_EQ(stats.success.count, 3u);
+  EXPECT_EQ(stats.responses, 3u + 2u);  // three streamed; the finals of requests 2 and 3
+  executor->forget();
+}
+
+TEST(Scheduler, AnOpenDecoupledRequestIsToldOfItsCancellation) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<std::unique_ptr<Executor>> instances;
+  auto owned = std::make_unique<InFlightExecutor>();
+  InFlightExecutor* executor = owned.get();
+  instances.push_back(std::move(owned));
+  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  auto sink = std::make_shared<RecordingSink>();
+  auto request = int_request(7, 1);
+  request->sink = sink;
+  ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+  const InFlightExecutor::Open open = executor->wait_for(1);
+  ASSERT_NE(open.later, nullptr);
+  EXPECT_FALSE(open.cancellation.requested());
+  EXPECT_FALSE(scheduler.cancel(7));  // not queued: running, and told
+  EXPECT_TRUE(open.cancellation.requested());
+  EXPECT_TRUE(open.later->finish(open.index, RequestResult{Status::Error(StatusCode::kCancelled, "stopped"), {}}));
+  auto seen = sink->wait(1);
+  ASSERT_EQ(seen[7].finals.size(), 1u);
+  EXPECT_EQ(seen[7].finals[0].status.code, StatusCode::kCancelled);
+  executor->forget();
+}
+
+TEST(Scheduler, ARequestLeftOpenByAnExecutorThatLetsGoOfItsBatchFails) {
+  auto queue = std::make_shared<CompletionQueue>();
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::make_unique<InFlightExecutor>(/*keep=*/false));
+  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+  auto sink = std::make_shared<RecordingSink>();
+  auto request = int_request(1, 1);
+  request->sink = sink;
+  ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+  auto seen = sink->wait(1);
+  ASSERT_EQ(seen[1].finals.size(), 1u);
+  EXPECT_EQ(seen[1].finals[0].status.code, StatusCode::kInternal);
+  EXPECT_EQ(seen[1].finals[0].status.message, "the model released the request without sending its final response");
+}
+
+TEST(Scheduler, ShutdownRejectingFailsOpenDecoupledRequestsAndDrainingWaitsForThem) {
+  for (const bool reject : {true, false}) {
+    auto queue = std::make_shared<CompletionQueue>();
+    std::vector<std::unique_ptr<Executor>> instances;
+    auto owned = std::make_unique<InFlightExecutor>();
+    InFlightExecutor* executor = owned.get();
+    instances.push_back(std::move(owned));
+    Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
+    auto sink = std::make_shared<RecordingSink>();
+    auto request = int_request(1, 1);
+    request->sink = sink;
+    ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
+    const InFlightExecutor::Open open = executor->wait_for(1);
+    ASSERT_NE(open.later, nullptr);
+    std::atomic<bool> finished{false};
+    std::thread model;
+    if (!reject) {
+      model = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        finished = true;
+        EXPECT_TRUE(open.later->finish(open.index, int_result(5)));
+      });
+    }
+    scheduler.shutdown(reject ? Scheduler::ShutdownMode::kReject : Scheduler::ShutdownMode::kDrain);
+    if (!reject) {
+      EXPECT_TRUE(finished) << "a draining shutdown returned while a request was open";
+    }
+    auto seen = sink->wait(1);
+    ASSERT_EQ(seen[1].finals.size(), 1u) << reject;
+    if (reject) {
+      EXPECT_EQ(seen[1].finals[0].status.code, StatusCode::kUnavailable);
+      EXPECT_EQ(seen[1].finals[0].status.message, "model 'in-flight' was unloaded");
+      // After the shutdown nothing reaches the scheduler.
+      EXPECT_FALSE(open.later->respond(open.index, int_result(6)));
+    } else {
+      model.join();
+      EXPECT_TRUE(seen[1].finals[0].status.ok()) << seen[1].finals[0].status.message;
+    }
+    executor->forget();
+  }
+}
+
 // A sink that, on its request's answer, cancels another request of the same scheduler (what an
 // ensemble does with a failed run's other steps), and records every answer.
 class CancellingSink : public CompletionSink {

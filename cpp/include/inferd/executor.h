@@ -24,6 +24,11 @@ struct RequestResult {
   // A decoupled request's final result: false when it ends with its final flag alone (no response
   // with it; status ok, outputs empty). Always true for a request that is not decoupled.
   bool respond = true;
+  // A decoupled request that goes on after execute_requests returns (Triton's python backend: a
+  // model's execute may return before it has sent a request's responses, and the instance takes
+  // its next batch meanwhile): its later responses and its final result come through the batch's
+  // LaterResponses (ResponseStream::later). `status`, `outputs` and `respond` are then ignored.
+  bool pending = false;
 };
 
 // Whether a running request's client is gone: its cancellation (a flag the scheduler sets) or its
@@ -39,7 +44,8 @@ struct RequestCancellation {
 };
 
 // One request of a batch as an executor answering each request (Executor::execute_requests) takes
-// it. The views stay valid while execute_requests runs.
+// it. The views stay valid while execute_requests runs (and no longer: a request left pending is
+// answered without them).
 struct ExecutorRequest {
   std::vector<Tensor> inputs;                       // model input order, with the request's own batch dim
   std::string_view id;                              // the client's request id ("" when it gave none)
@@ -47,6 +53,22 @@ struct ExecutorRequest {
   std::string_view parameters;                      // its own parameters as JSON, for a model that keeps them
   // Requested while it runs: the executor may stop early; whatever it answers is dropped.
   RequestCancellation cancellation;
+};
+
+// How a decoupled batch's requests are answered from any thread, during execute_requests() and
+// after it returned, until each has its final result: the requests it left pending
+// (RequestResult::pending) are answered only this way. Thread-safe. Calls for a request that has
+// ended (its final result given, or the whole batch failed) change nothing and return false.
+// Never blocks beyond handing the answer to its request's sink, so a caller must not hold a lock
+// a sink may take (the binding releases the GIL around each call).
+class LaterResponses {
+ public:
+  virtual ~LaterResponses() = default;
+  // One more response, not the last, to request `index`: ok with its outputs in model output
+  // order, or an error response; the request goes on after either.
+  virtual bool respond(size_t index, RequestResult&& response) = 0;
+  // Request `index`'s final result (RequestResult::respond false: the final flag alone); it ends.
+  virtual bool finish(size_t index, RequestResult&& result) = 0;
 };
 
 // Where a decoupled executor (Executor::decoupled) sends the responses of a batch's requests that
@@ -58,6 +80,10 @@ class ResponseStream {
   // outputs in model output order, or an error response; the request goes on after either. Called
   // on the executor's thread during execute_requests(); never blocks.
   virtual void respond(size_t index, RequestResult&& response) = 0;
+  // The batch's LaterResponses, for answering from other threads and after execute_requests
+  // returns. The executor keeps a copy while one of the batch's requests is open; when the last
+  // copy goes, requests still open fail (INTERNAL), so none is left without an answer.
+  virtual std::shared_ptr<LaterResponses> later() = 0;
 };
 
 class Executor {

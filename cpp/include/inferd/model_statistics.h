@@ -64,6 +64,7 @@ class ModelStatistics {
   // Records a successfully computed batch of `requests` (each contributes its enqueue time and
   // its batch size: requests count for the success and queue figures, rows for the inferences).
   void record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests, const BatchTimeline& timeline);
+  void record_batch(const std::vector<const InferenceRequest*>& requests, const BatchTimeline& timeline);
   // Records `count` requests that failed after `total_ns` in the core (queued or computing).
   void record_failures(uint64_t count, uint64_t total_ns);
   // Records one request of `rows` answered after `total_ns` that rode no batch of this model's

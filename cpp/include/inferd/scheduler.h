@@ -21,6 +21,8 @@
 
 namespace inferd {
 
+class DecoupledRequests;
+
 struct SchedulerOptions {
   std::string model_name;  // used in messages only
   BatcherOptions batching;
@@ -40,7 +42,13 @@ struct SchedulerOptions {
 // responses before each request's final result: they go to the request's sink as they come
 // (CompletionSink::respond; not held back by preserve_ordering), and the model's statistics count
 // them (responses, first_response). The final result completes the request as usual, with
-// Completion::respond false when it is the final flag alone.
+// Completion::respond false when it is the final flag alone. A decoupled executor may also
+// return before a request's final result (RequestResult::pending, as Triton's python backend lets
+// execute return while a model's own thread sends): the worker takes the next batch at once, and
+// the request stays open until its final result comes through the batch's LaterResponses, from
+// any thread; a cancel still reaches it. Such a request is counted with its batch's statistics
+// when execute returns; should it end in an error later, it is counted a failure too. A shutdown
+// that drains waits for every open request; one that rejects fails them UNAVAILABLE.
 //
 // A batch of several requests that the executor fails is not failed as a whole: one request's
 // input must not fail the others, nor reach them in a message. The worker runs it again in halves
@@ -52,9 +60,10 @@ struct SchedulerOptions {
 // already staged first, so that staging order still matches execution order.
 //
 // Invariants: every request accepted by submit() gets exactly one completion - computed, failed,
-// expired, cancelled or rejected at shutdown; each executor is used by one worker thread only;
-// workers are joined before the scheduler is destroyed; with preserve_ordering, completions leave
-// in enqueue order; an isolated batch costs at most the bound above in extra executions.
+// expired, cancelled or rejected at shutdown (an open decoupled request before shutdown returns);
+// each executor is used by one worker thread only; workers are joined before the scheduler is
+// destroyed; with preserve_ordering, completions leave in enqueue order; an isolated batch costs
+// at most the bound above in extra executions.
 class Scheduler final : public RequestScheduler {
  public:
   enum class ShutdownMode {
@@ -111,10 +120,17 @@ class Scheduler final : public RequestScheduler {
   // run_batch for an executor that answers each request: each request completed or failed alone.
   Status run_requests(Executor* executor, uint32_t instance, StagedBatch* staged);
   // Records a computed batch and completes its requests with their outputs (per_request[i] for
-  // the i-th); `batch_requests`: how many requests the executed batch held; `respond`: per request
-  // Completion::respond (empty: all true).
+  // the i-th); `batch_requests`: how many requests the executed batch held.
   void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
-                      const BatchTimeline& timeline, size_t batch_requests, const std::vector<bool>& respond = {});
+                      const BatchTimeline& timeline, size_t batch_requests);
+  // The timing every request of an executed batch is answered with; `rows`: the batch's rows.
+  RequestTiming batch_timing(uint32_t instance, const BatchTimeline& timeline, size_t batch_requests, int64_t rows);
+  // Completes computed requests with their outputs; `respond`: per request Completion::respond
+  // (empty: all true).
+  void complete_computed(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
+                         const RequestTiming& timing, const std::vector<bool>& respond = {});
+  // An open decoupled request's final result (DecoupledRequests' Complete), from any thread.
+  void complete_open(std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing);
   // Re-runs a failed batch in halves so that only the requests that fail alone fail (see above).
   // Precondition: nothing is staged on `executor` ahead of what this stages.
   void isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status);
@@ -130,6 +146,8 @@ class Scheduler final : public RequestScheduler {
   DynamicBatcher batcher_;
   ModelStatistics statistics_;
   RunningRequests running_;  // the requests of batches executors answer request by request
+  // Decoupled batches with a request still open after their execute returned.
+  std::shared_ptr<DecoupledRequests> decoupled_;
   std::atomic<uint64_t> next_batch_id_{1};
 
   std::mutex order_mutex_;               // with preserve_ordering only
