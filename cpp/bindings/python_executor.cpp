@@ -45,21 +45,55 @@ PythonExecutor::PythonExecutor(py::handle executor, std::vector<DataType> output
                      py::bool_(executor.attr("takes_request_details"))),
       output_types_(std::move(output_types)) {}
 
-RequestResult PythonExecutor::result_of(py::handle answer) const {
+RequestResult result_of(py::handle answer, const std::vector<DataType>& output_types) {
   RequestResult result;
   if (PyExceptionInstance_Check(answer.ptr())) {
     result.status = status_of(answer);
     return result;
   }
   py::list arrays(py::reinterpret_borrow<py::object>(answer));
-  if (arrays.size() != output_types_.size()) {
+  if (arrays.size() != output_types.size()) {
     throw py::value_error("executor returned " + std::to_string(arrays.size()) + " outputs, the model has " +
-                          std::to_string(output_types_.size()));
+                          std::to_string(output_types.size()));
   }
-  for (size_t i = 0; i < output_types_.size(); ++i) {
-    result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types_[i]));
+  for (size_t i = 0; i < output_types.size(); ++i) {
+    result.outputs.push_back(tensor_from_executor_array(arrays[i], output_types[i]));
   }
   return result;
+}
+
+py::handle pending_marker() {
+  // Leaked on purpose: a static py::object would be released after the interpreter is gone.
+  static PyObject* const marker = [] {
+    py::object made = py::module_::import("types").attr("SimpleNamespace")();
+    return made.release().ptr();
+  }();
+  return marker;
+}
+
+void DecoupledResponses::check_index(size_t index) const {
+  if (index >= requests_) {
+    throw py::index_error("request " + std::to_string(index) + " of a batch of " + std::to_string(requests_));
+  }
+}
+
+bool DecoupledResponses::respond(size_t index, py::handle answer) {
+  check_index(index);
+  RequestResult response = result_of(answer, output_types_);
+  py::gil_scoped_release release;
+  return later_->respond(index, std::move(response));
+}
+
+bool DecoupledResponses::finish(size_t index, py::handle answer) {
+  check_index(index);
+  RequestResult result;
+  if (answer.is_none()) {
+    result.respond = false;  // the final flag alone
+  } else {
+    result = result_of(answer, output_types_);
+  }
+  py::gil_scoped_release release;
+  return later_->finish(index, std::move(result));
 }
 
 Status PythonExecutor::stage(const std::vector<Tensor>& inputs) {
@@ -102,30 +136,9 @@ Status PythonExecutor::execute(const std::vector<Tensor>& inputs, std::vector<Te
   }
 }
 
-namespace {
-
-// What a decoupled executor's `respond` reaches: the batch's stream while execute_requests runs,
-// null after (a `respond` kept by Python past the call then raises instead of reaching freed state).
-// `respond` runs with the GIL held throughout (also when Python calls it from another thread), so
-// the GIL orders it with the closing below: it never reaches a stream whose batch is done.
-struct StreamHandle {
-  ResponseStream* stream;
-  size_t requests;
-};
-
-// Closes the handle when execute_requests returns, whichever way.
-struct CloseOnReturn {
-  StreamHandle* handle;
-  ~CloseOnReturn() { handle->stream = nullptr; }
-};
-
-}  // namespace
-
 Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requests,
                                         std::vector<RequestResult>* results, ResponseStream* responses) {
   py::gil_scoped_acquire gil;
-  auto handle = std::make_shared<StreamHandle>(StreamHandle{responses, requests.size()});
-  const CloseOnReturn close{handle.get()};
   try {
     py::list batch;
     py::list details;
@@ -147,16 +160,8 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
     py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));
     py::object returned;
     if (decoupled_) {
-      py::cpp_function respond(
-          [this, handle](size_t index, py::handle answer) {
-            if (handle->stream == nullptr) throw std::runtime_error("respond() called after execute_requests returned");
-            if (index >= handle->requests) {
-              throw py::index_error("respond(): request " + std::to_string(index) + " of a batch of " +
-                                    std::to_string(handle->requests));
-            }
-            handle->stream->respond(index, result_of(answer));
-          },
-          py::arg("index"), py::arg("answer"));
+      py::object respond =
+          py::cast(std::make_shared<DecoupledResponses>(responses->later(), requests.size(), output_types_));
       returned = takes_details_ ? method(batch, respond, details) : method(batch, respond);
     } else {
       returned = takes_details_ ? method(batch, py::none(), details) : method(batch);
@@ -173,8 +178,10 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
       try {
         if (decoupled_ && answer.is_none()) {
           result.respond = false;  // the final flag alone
+        } else if (decoupled_ && answer.is(pending_marker())) {
+          result.pending = true;  // answered later, through `respond`
         } else {
-          result = result_of(answer);
+          result = result_of(answer, output_types_);
         }
       } catch (py::error_already_set& error) {
         result = RequestResult{status_from_exception(error), {}};

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "inferd/executor.h"
@@ -29,11 +30,11 @@ Status status_of(py::handle exception);
 // the exception that fails it alone (its integer `code` attribute, as above).
 //
 // One whose `decoupled` attribute is true (read once, here) is decoupled (Executor::decoupled): the
-// core calls `execute_requests(batch, respond)`, where `respond(index: int, answer)` sends request
-// `index` one more response before its final one (answer: list[ndarray] in model output order, or a
-// BaseException for an error response; a malformed one raises TypeError or ValueError, an index
-// outside the batch IndexError, a call once execute_requests has returned RuntimeError); the list
-// returned holds each request's final answer, as above, or None for the final flag alone.
+// core calls `execute_requests(batch, respond)`, `respond` a DecoupledResponses (below): calling
+// it sends request `index` one more response before its final one. The list returned holds each
+// request's final answer, as above, None for the final flag alone, or PENDING for a request whose
+// answers go on after execute_requests returns (the instance takes its next batch meanwhile):
+// its final answer is then given by respond.finish.
 //
 // One whose `takes_request_details` attribute is true (read once) is also given each request's id
 // and the names of the outputs it asked for: `execute_requests(batch, respond, details)`, respond
@@ -60,9 +61,39 @@ class PythonExecutor : public Executor {
   bool decoupled_ = false;
   bool takes_details_ = false;  // execute_requests also gets each request's id and requested outputs
   std::vector<DataType> output_types_;
+};
 
-  // One answer (outputs or an exception) as a result; throws for a malformed one. Requires the GIL.
-  RequestResult result_of(py::handle answer) const;
+// One answer (list[ndarray] in model output order, or an exception) as a result; throws
+// ValueError or TypeError for a malformed one. Requires the GIL.
+RequestResult result_of(py::handle answer, const std::vector<DataType>& output_types);
+
+// The object a decoupled executor's execute_requests returns for a request it goes on answering
+// (RequestResult::pending): _core.PENDING. Requires the GIL; made once, never freed.
+py::handle pending_marker();
+
+// A decoupled batch's answers from Python (bound as _core.DecoupledResponses), from any thread,
+// while execute_requests runs and after it returned, until each request has its final answer:
+// `respond(index, answer)` (also the object's call) sends one more response, `finish(index,
+// answer)` the final one (None: the final flag alone) of a request execute_requests left PENDING
+// (one given while execute_requests runs is kept until it returns). Each returns whether the
+// request was still open: False once it ended (its final answer given, the batch failed, the
+// model unloaded), and the answer is dropped. A malformed answer raises TypeError or ValueError,
+// an index outside the batch IndexError. Requests still open when the last reference goes fail
+// INTERNAL. Requires the GIL; releases it while the answer is handed to the core.
+class DecoupledResponses {
+ public:
+  DecoupledResponses(std::shared_ptr<LaterResponses> later, size_t requests, std::vector<DataType> output_types)
+      : later_(std::move(later)), requests_(requests), output_types_(std::move(output_types)) {}
+
+  bool respond(size_t index, py::handle answer);
+  bool finish(size_t index, py::handle answer);
+
+ private:
+  void check_index(size_t index) const;
+
+  std::shared_ptr<LaterResponses> later_;
+  size_t requests_;
+  std::vector<DataType> output_types_;
 };
 
 }  // namespace inferd::python

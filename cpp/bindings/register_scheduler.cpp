@@ -161,8 +161,22 @@ void register_statistics(py::module_& m) {
 
 }  // namespace
 
+void register_decoupled_responses(py::module_& m) {
+  py::class_<DecoupledResponses, std::shared_ptr<DecoupledResponses>>(
+      m, "DecoupledResponses",
+      "A decoupled batch's answers, from any thread, during execute_requests and after it returned "
+      "(see python_executor.h): respond(index, answer) (also the object's call) sends one more "
+      "response; finish(index, answer) the final one (None: the final flag alone) of a request "
+      "execute_requests returned PENDING for. Each returns whether the request was still open.")
+      .def("respond", &DecoupledResponses::respond, py::arg("index"), py::arg("answer"))
+      .def("__call__", &DecoupledResponses::respond, py::arg("index"), py::arg("answer"))
+      .def("finish", &DecoupledResponses::finish, py::arg("index"), py::arg("answer"));
+  m.attr("PENDING") = pending_marker();
+}
+
 void register_scheduler(py::module_& m) {
   register_statistics(m);
+  register_decoupled_responses(m);
   py::class_<RequestScheduler, std::shared_ptr<RequestScheduler>>(
       m, "RequestScheduler",
       "What a checked request is handed to: a model version's Scheduler or an EnsembleScheduler.")

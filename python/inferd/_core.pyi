@@ -355,6 +355,16 @@ class LatencyHistogram:
     @property
     def sum_ns(self) -> int: ...
 
+# What a decoupled executor's execute_requests returns for a request it goes on answering.
+PENDING: object
+
+class DecoupledResponses:
+    # From any thread, while execute_requests runs and after: True while the request is open.
+    def respond(self, index: int, answer: list[np.ndarray] | BaseException) -> bool: ...
+    def __call__(self, index: int, answer: list[np.ndarray] | BaseException) -> bool: ...
+    # The final answer of a request returned PENDING (None: the final flag alone).
+    def finish(self, index: int, answer: list[np.ndarray] | BaseException | None) -> bool: ...
+
 class StatisticsSnapshot:
     def __init__(
         self,

@@ -5,8 +5,10 @@ for it; ModelInfer on such a model answers UNIMPLEMENTED."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +38,7 @@ class Counter:
 
     def __init__(self) -> None:
         self.refusals: list[type[BaseException]] = []
+        self.batches = 0
 
     def execute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise AssertionError("execute() called on a decoupled executor")
@@ -48,18 +51,51 @@ class Counter:
                 respond(bad_index, bad_answer)
             except (IndexError, TypeError, ValueError) as e:
                 self.refusals.append(type(e))
+        self.batches += 1
         finals: list[Any] = []
         for index, inputs in enumerate(requests):
-            n = int(inputs[0][0])
-            for k in range(n):
-                respond(index, [np.array([k], dtype=np.int32)])
-                if n == 7 and k == 2:
-                    respond(index, InvalidArgument("7 stumbles after 2"))
-            finals.append(None if n % 2 == 0 else [np.array([100 + n], dtype=np.int32)])
+            finals.append(self.answer(int(inputs[0][0]), index, respond))
         return finals
+
+    @staticmethod
+    def answer(n: int, index: int, respond: Any) -> Any:
+        """Request ``index`` = [n]'s responses through ``respond``; its final answer."""
+        for k in range(n):
+            respond(index, [np.array([k], dtype=np.int32)])
+            if n == 7 and k == 2:
+                respond(index, InvalidArgument("7 stumbles after 2"))
+        return None if n % 2 == 0 else [np.array([100 + n], dtype=np.int32)]
 
     def close(self) -> None:
         pass
+
+
+class LaterCounter(Counter):
+    """The Counter's answers, given after execute_requests returned each request PENDING (as a
+    python model's own thread sends them): a thread per batch answers once ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def execute_requests(
+        self, requests: list[list[np.ndarray]], respond: Callable[[int, Any], None]
+    ) -> list[Any]:
+        self.batches += 1
+        ns = [int(inputs[0][0]) for inputs in requests]
+
+        def answer_later() -> None:
+            self.release.wait(20)
+            for index, n in enumerate(ns):
+                assert respond.finish(index, self.answer(n, index, respond))  # type: ignore[attr-defined]
+                # Ended: what follows is dropped.
+                assert not respond(index, [np.array([-1], dtype=np.int32)])
+
+        thread = threading.Thread(target=answer_later, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return [_core.PENDING] * len(requests)
 
 
 class Served:
@@ -73,6 +109,12 @@ class Served:
 
 @pytest.fixture(params=[1024])
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    with serve(Counter(), int(request.param)) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serve(executor: Counter, max_stream_outstanding: int) -> Iterator[Served]:
     signature = _core.ModelSignature(
         "counter",
         "1",
@@ -81,7 +123,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
         [("K", INT32, [1], False)],
         decoupled=True,
     )
-    executor = Counter()
     options = _core.BatcherOptions(dynamic=True, max_batch_size=8)
     scheduler = _core.Scheduler(
         "counter",
@@ -96,7 +137,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
         ["127.0.0.1:0"],
         "unix:/nonexistent/inferd-backend",
         1 << 22,
-        max_stream_outstanding=request.param,
+        max_stream_outstanding=max_stream_outstanding,
     )
     routes = [
         ("counter", version, "counter", "1", scheduler, signature, b"", b"")
@@ -180,6 +221,36 @@ def test_each_request_gets_its_responses_in_order_then_its_final_flag(served: Se
     assert sum(statistics.first_response.counts) == len(ns)
     # respond() refused an index outside the batch and an answer that is no array, each call.
     assert set(served.executor.refusals) == {IndexError, ValueError}
+
+
+def test_answers_may_come_after_execute_returned_and_the_instance_takes_its_next_batch() -> None:
+    executor = LaterCounter()
+    with serve(executor, 1024) as served:
+        results: dict[int, list[Answer]] = {}
+        clients = [
+            threading.Thread(
+                target=lambda n=n: results.update({n: stream(served.url, [n], final_flag=True)})
+            )
+            for n in (3, 4)
+        ]
+        clients[0].start()
+        deadline = time.monotonic() + 10
+        while executor.batches < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        clients[1].start()
+        # Request 3's batch is still open (nothing answered yet); the one instance takes 4's.
+        while executor.batches < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert executor.batches == 2
+        executor.release.set()
+        for client in clients:
+            client.join(20)
+        for thread in executor.threads:
+            thread.join(20)
+        assert results == {n: expected(n, final_flag=True) for n in (3, 4)}
+        statistics = served.scheduler.statistics()
+        assert statistics.execution_count == 2
+        assert statistics.responses == 3 + 4 + 1  # 3 streamed + its last; 4 streamed
 
 
 def test_without_the_opt_in_no_empty_final_response_arrives(served: Served) -> None:

@@ -12,7 +12,9 @@ from inferd.core.cuda import (
 )
 from inferd.core.ensemble import CoreEnsembleStep, EnsembleScheduler, SchedulerDirectory
 from inferd.core.executor import (
+    PENDING,
     DecoupledExecutor,
+    DecoupledResponses,
     Executor,
     RequestAnsweringExecutor,
     StagingExecutor,
@@ -50,6 +52,7 @@ from inferd.core.scheduler import (
 )
 
 __all__ = [
+    "PENDING",
     "BatcherOptions",
     "CancellationFlag",
     "CompletionDispatcher",
@@ -60,6 +63,7 @@ __all__ = [
     "CudaEvent",
     "CudaStream",
     "DecoupledExecutor",
+    "DecoupledResponses",
     "DeviceBuffer",
     "DeviceBufferPool",
     "EnsembleScheduler",

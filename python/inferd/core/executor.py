@@ -6,10 +6,15 @@ streams and buffer pools) depend on the batching layer and never the other way r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
+
+import inferd._core as _core
+
+# What a decoupled executor's execute_requests returns for a request it goes on answering.
+PENDING = _core.PENDING
+DecoupledResponses = _core.DecoupledResponses
 
 
 class Executor(Protocol):
@@ -66,11 +71,16 @@ class DecoupledExecutor(Executor, Protocol):
     as for ``RequestAnsweringExecutor``), where ``respond(index, answer)`` sends request ``index``
     of the batch one more response that is not its last, as it goes: ``answer`` is its outputs
     (as ``execute`` returns them) or an exception for an error response, after which the request
-    goes on. ``respond`` raises TypeError or ValueError for a malformed answer, IndexError for an
-    index outside the batch and RuntimeError once ``execute_requests`` has returned; it holds
-    the GIL and does not block. The list returned gives each request's final answer: its outputs
-    (a last response), an exception (a last error), or None (the final flag alone, no response).
-    Raising fails the whole batch.
+    goes on. ``respond`` raises TypeError or ValueError for a malformed answer and IndexError for
+    an index outside the batch; it returns whether the request was still open (False once it
+    ended: the answer is dropped). The list returned gives each request's final answer: its
+    outputs (a last response), an exception (a last error), None (the final flag alone), or
+    ``PENDING``: the request goes on after ``execute_requests`` returns, and the instance takes its
+    next batch meanwhile (Triton's python backend lets ``execute`` return before a model's own
+    thread sends). Its later responses and its final answer (``respond.finish(index, answer)``,
+    None for the flag alone) come through ``respond``, from any thread; requests still open when
+    ``respond`` is dropped fail INTERNAL. Raising fails the whole batch. ``respond`` takes the
+    GIL's holder's answer and releases the GIL while it hands it to the core.
 
     The core's transport answers such a model on ModelStreamInfer only (each response as it
     comes; ModelInfer answers UNIMPLEMENTED); a request answered through the completion queue
@@ -82,5 +92,5 @@ class DecoupledExecutor(Executor, Protocol):
     def execute_requests(
         self,
         requests: list[list[np.ndarray | None]],
-        respond: Callable[[int, list[np.ndarray] | BaseException], None],
-    ) -> list[list[np.ndarray] | BaseException | None]: ...
+        respond: DecoupledResponses,
+    ) -> list[list[np.ndarray] | BaseException | object | None]: ...
