@@ -14,9 +14,11 @@ is. Until a restart completes the instance reports itself unhealthy (``health``)
 the model not ready; a batch that comes meanwhile waits for the restart, or fails UNAVAILABLE
 while the restart waits its turn.
 
-A decoupled model's instance is a decoupled executor: the core passes ``respond`` with the batch
-and each streamed response goes to it as the worker sends it; the instance takes its next batch
-once every request of this one has had its final flag.
+A decoupled model's instance is a decoupled executor: the core passes ``respond`` with the batch,
+and each response and final flag goes to it as the worker sends it. As in Triton, the instance
+takes its next batch once the model's ``execute`` has returned, whether or not its requests have
+had their final flags: each is left PENDING and answered later, from the thread that reads the
+worker's socket.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 import structlog
 
 from inferd import errors
+from inferd.core import PENDING, DecoupledResponses
 from inferd.python_backend import pb_utils
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import (
@@ -63,6 +66,36 @@ def _never() -> bool:
 def _close_fds(*fds: int) -> None:
     for fd in fds:
         os.close(fd)
+
+
+class _CoreAnswers:
+    """A decoupled batch's answers from the worker to the core's ``DecoupledResponses``, each
+    as the core takes it (``PythonBackendExecutor._answer``)."""
+
+    def __init__(
+        self,
+        executor: PythonBackendExecutor,
+        respond: DecoupledResponses,
+        batch: list[PythonRequest],
+    ) -> None:
+        self._executor = executor
+        self._respond = respond
+        self._requested = [request.requested_output_names for request in batch]
+
+    def respond(self, index: int, response: PythonResponse) -> None:
+        self._respond(index, self._executor._answer(response, self._requested[index]))
+
+    def finish(self, index: int, response: PythonResponse | None) -> None:
+        answer: Any = None
+        if response is not None and response.worker_gone and self._executor.closing:
+            # Killed by the stop or an unload past its drain time: the model went away.
+            answer = errors.Unavailable(
+                f"{self._executor.describe()} was stopped while it ran the request: "
+                f"{response.error}"
+            )
+        elif response is not None:
+            answer = self._executor._answer(response, self._requested[index])
+        self._respond.finish(index, answer)
 
 
 class PythonBackendExecutor:
@@ -125,18 +158,28 @@ class PythonBackendExecutor:
     def pid(self) -> int | None:
         return self._process.pid
 
+    @property
+    def closing(self) -> bool:
+        """Whether the instance is being stopped (its worker's end is then no failure)."""
+        with self._state:
+            return self._closing
+
+    def describe(self) -> str:
+        return self._spec.describe()
+
     def execute_requests(
         self,
         requests: list[list[np.ndarray | None]],
-        respond: Callable[[int, Any], None] | None = None,
+        respond: DecoupledResponses | None = None,
         details: list[tuple[str, list[str], str, Callable[[], bool]]] | None = None,
     ) -> list[Any]:
         """One batch through the model's ``execute``: per request its outputs in the config's
-        order, or the error that fails it alone; for a decoupled model, each request's final
-        answer (None: the final flag alone), its other responses given to ``respond`` (request
-        index, outputs or error) as they come. ``details``: each request's id, the outputs it
-        asked for, its parameters as JSON and whether it was cancelled while it runs
-        (``request_id()``, ``requested_output_names()``, ``parameters()``, ``is_cancelled()``)."""
+        order, or the error that fails it alone; for a decoupled model, PENDING for each request
+        once the model's ``execute`` returned, its responses and final answer given to
+        ``respond`` (and ``respond.finish``) as the worker sends them. ``details``: each
+        request's id, the outputs it asked for, its parameters as JSON and whether it was
+        cancelled while it runs (``request_id()``, ``requested_output_names()``,
+        ``parameters()``, ``is_cancelled()``)."""
         described = details if details is not None else [("", [], "{}", _never)] * len(requests)
         batch: list[PythonRequest] = []
         for inputs, (request_id, requested, parameters, cancelled) in zip(
@@ -163,10 +206,12 @@ class PythonBackendExecutor:
                 None if response is None else self._answer(response, request.requested_output_names)
                 for response, request in zip(responses, batch, strict=True)
             ]
+        if respond is None:
+            raise errors.Internal(f"{self._spec.describe()} is decoupled: its batch needs respond")
         with self._lock:
             self._serving_locked()
             try:
-                responses = self._process.execute(batch, self._streamed_to(respond, batch))
+                self._process.execute_decoupled(batch, _CoreAnswers(self, respond, batch))
             except WorkerDied as died:
                 with self._state:
                     closing = self._closing
@@ -185,10 +230,8 @@ class PythonBackendExecutor:
                 )
                 self._restart_soon(str(died))
                 raise
-        return [
-            None if response is None else self._answer(response, request.requested_output_names)
-            for response, request in zip(responses, batch, strict=True)
-        ]
+        # Each request's answers go on through `respond`, the instance free for the next batch.
+        return [PENDING] * len(batch)
 
     def _serving(self) -> None:
         """The core's session found no worker attached: one serves once this returns (restarted
@@ -340,17 +383,6 @@ class PythonBackendExecutor:
         if current:
             self._restart_soon(f"pid {pid} exited")
 
-    def _streamed_to(
-        self, respond: Callable[[int, Any], None] | None, batch: list[PythonRequest]
-    ) -> Callable[[int, PythonResponse], None] | None:
-        if respond is None:
-            return None
-
-        def streamed(index: int, response: PythonResponse) -> None:
-            respond(index, self._answer(response, batch[index].requested_output_names))
-
-        return streamed
-
     def _answer(self, response: PythonResponse, requested: list[str]) -> Any:
         """A response as the core takes it: every output in the config's order, or its error.
         An output the request did not ask for may be missing (the worker drops those, and a
@@ -373,11 +405,21 @@ class PythonBackendExecutor:
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         """One request on its own (warm-up samples): its outputs, or its error raised (a
         decoupled model's last response; none when it sent only the final flag)."""
-        last: list[Any] = [[]]
-        (answer,) = self.execute_requests(
-            [inputs], lambda _index, streamed: last.__setitem__(0, streamed)
-        )
-        answer = last[0] if answer is None else answer
+        if not self.decoupled:
+            (answer,) = self.execute_requests([inputs])
+        else:
+            last: list[PythonResponse] = []
+            request = PythonRequest(
+                request_id="",
+                inputs={n: a for n, a in zip(self._inputs, inputs, strict=True) if a is not None},
+            )
+            with self._lock:
+                self._serving_locked()
+                (final,) = self._process.execute(
+                    [request], lambda _i, streamed: last.append(streamed)
+                )
+            response = final if final is not None else (last[-1] if last else None)
+            answer = [] if response is None else self._answer(response, [])
         if isinstance(answer, BaseException):
             raise answer
         outputs: list[np.ndarray] = answer

@@ -5,13 +5,15 @@ answer per request. A model that is not decoupled is served over a shared-memory
 core (``session``: a ``PythonWorkerSession``, cpp/include/inferd/python_worker_executor.h), which
 the core's scheduler runs without Python in this process; this handle starts the worker with
 the ring's descriptors and attaches each started worker to the session. A decoupled model's
-batches go over the control socket as JSON (``execute``, its responses streamed back).
+batches go over the control socket as JSON (``execute``, its responses streamed back): the call
+returns once the model's ``execute`` has, and each request's answers go on reaching its batch's
+``DecoupledAnswers`` (open_batches.py) from the reader thread until its final one.
 
-A thread per started worker reads its control socket: the model's log records, its BLS calls
-and ``is_cancelled`` questions are handled there as they come, everything else is queued for
-the caller waiting on the worker. Calls block; they are meant for one core worker thread at a
-time (locks make concurrent callers wait their turn). Lock order: the session's ``exclusive()``,
-then ``_lock``.
+A thread per started worker reads its control socket: the model's log records, its BLS calls,
+``is_cancelled`` questions and a decoupled model's responses are handled there as they come,
+everything else is queued for the caller waiting on the worker. Calls block; they are meant for
+one core worker thread at a time (locks make concurrent callers wait their turn). Lock order:
+the session's ``exclusive()``, then ``_lock``; ``_open_lock`` is taken alone.
 
 A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call in flight raise
 ``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
@@ -23,10 +25,9 @@ A worker never outlives its server: it is started by a thread that lives exactly
 kill of the worker kills whole (what the model started goes with it). Its stdout and stderr come
 back through a pipe and are logged as records, a line each, cut at a bound (spawn.py).
 
-While a batch is in flight the worker may also send a decoupled model's streamed responses
-(handed to the caller's ``respond`` as they come), BLS calls (relayed by calls.py: their
+While a batch is in flight the worker may also send BLS calls (relayed by calls.py: their
 answers are sent back from whichever thread completes them, under a send lock) and
-``is_cancelled`` queries about a request of the batch (answered at once).
+``is_cancelled`` queries about a request of an open batch (answered at once).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-import numpy.typing as npt
 import structlog
 
 from inferd import errors
@@ -59,6 +59,7 @@ from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.calls import CallRelay
 from inferd.python_backend.model_config import python_of
+from inferd.python_backend.open_batches import DecoupledAnswers, OpenBatch, request_ended
 from inferd.python_backend.spawn import forward_output, kill_group, launch, wait_exited
 from inferd.python_backend.worker_io import (
     PythonRequest,
@@ -108,11 +109,6 @@ def _exit_description(returncode: int) -> str:
         except ValueError:
             return f"killed by signal {-returncode}"
     return f"exited with status {returncode}"
-
-
-def _ended(request: PythonRequest) -> bool:
-    """Whether the request was cancelled or passed its deadline (the core's flag)."""
-    return request.cancelled is not None and bool(request.cancelled())
 
 
 # Told, with the GIL and no lock of the process held, that a batch found no worker attached:
@@ -190,6 +186,31 @@ def _watch_cancellations(
             return
 
 
+class _GatheredAnswers:
+    """A decoupled batch's answers waited out: streamed responses to ``respond`` (dropped
+    without one), each request's final answer kept for ``wait``."""
+
+    def __init__(self, count: int, respond: Respond | None) -> None:
+        self._respond = respond
+        self._finals: dict[int, PythonResponse | None] = {}
+        self._count = count
+        self._done = threading.Condition()
+
+    def respond(self, index: int, response: PythonResponse) -> None:
+        if self._respond is not None:
+            self._respond(index, response)
+
+    def finish(self, index: int, response: PythonResponse | None) -> None:
+        with self._done:
+            self._finals[index] = response
+            self._done.notify_all()
+
+    def wait(self) -> list[PythonResponse | None]:
+        with self._done:
+            self._done.wait_for(lambda: len(self._finals) == self._count)
+            return [self._finals[index] for index in range(self._count)]
+
+
 class PythonModelProcess:
     """One model instance's worker process and the channel to it.
 
@@ -218,8 +239,12 @@ class PythonModelProcess:
         self._inputs: ipc.ArenaWriter | None = None
         self._outputs: ipc.ArenaReader | None = None
         self._start_timeout_s = 60.0
-        self._batch: list[PythonRequest] = []  # the batch in flight, for is_cancelled queries
-        self._batch_id = 0  # the batch in flight's number: the worker's messages name theirs
+        # A decoupled model's batch whose execute runs, and every batch with a request still
+        # open, by number (the worker's messages name theirs): under _open_lock.
+        self._batch: OpenBatch | None = None
+        self._batch_id = 0
+        self._open_lock = threading.Lock()
+        self._open: dict[int, OpenBatch] = {}
         self._calls = CallRelay(model_caller, spec, self._send_lock)
         self._serving = serving
         self._on_died = died
@@ -369,59 +394,172 @@ class PythonModelProcess:
         self, requests: list[PythonRequest], respond: Respond | None = None
     ) -> list[PythonResponse | None]:
         """Runs one batch through the model's ``execute``: one response per request, in order.
-        A decoupled model's streamed responses go to ``respond`` (dropped without one) as they
-        come; its answers are each request's final one (None: the final flag alone).
+        A decoupled model's batch is waited out to each request's final answer (None: the final
+        flag alone), its streamed responses given to ``respond`` (dropped without one) as they
+        come; the server serves such batches with ``execute_decoupled``, which does not wait.
 
         Raises ``WorkerDied`` when the worker ends before answering (its requests are lost;
         ``restart()`` serves again) and ``errors.Unavailable`` when no worker is running.
         """
         if self.session is not None:
             return self._execute_on_ring(self.session, requests)
+        gathered = _GatheredAnswers(len(requests), respond)
+        self.execute_decoupled(requests, gathered)
+        return gathered.wait()
+
+    def execute_decoupled(self, requests: list[PythonRequest], answers: DecoupledAnswers) -> None:
+        """Hands a decoupled model's batch to the worker and returns once the model's ``execute``
+        has returned; each request's responses and its one final answer go to ``answers`` as the
+        worker sends them, from the thread reading its socket, also after this returned. The
+        server ends a request the model does not: ``execute`` raising, the request cancelled (or
+        past its deadline) ``CANCELLED_GRACE_S`` ago, the worker's end. An ``execute`` still
+        running ``HUNG_EXECUTE_GRACE_S`` after every request of its batch ended, one of them by
+        the server, has its worker killed.
+
+        Raises ``WorkerDied`` when the worker ends before ``execute`` returned (the caller fails
+        the batch) and ``errors.Unavailable`` when no worker is running.
+        """
         with self._lock:
-            if self._channel is None or self._inputs is None or self._outputs is None:
+            channel = self._channel
+            if channel is None or self._inputs is None or self._outputs is None:
                 raise errors.Unavailable(f"{self._spec.describe()} is not running")
-            tensors = [(name, array) for r in requests for name, array in r.inputs.items()]
-            try:
-                refs, replaced = self._inputs.place(tensors)
-            except TypeError as error:
-                raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
-            wire: list[ipc.Message] = []
-            position = 0
-            for request in requests:
-                count = len(request.inputs)
-                wire.append(
-                    {
-                        "request_id": request.request_id,
-                        "inputs": [ref.to_message() for ref in refs[position : position + count]],
-                        "requested_output_names": request.requested_output_names,
-                        "parameters": request.parameters,
-                        "correlation_id": request.correlation_id,
-                        "flags": request.flags,
-                        "timeout": request.timeout_us,
-                    }
-                )
-                position += count
+            message, fds = self._batch_message(requests)
             self._batch_id += 1
-            message: ipc.Message = {"type": "execute", "batch": self._batch_id, "requests": wire}
-            # Before the send: the reader thread answers the batch's is_cancelled questions.
-            self._batch = requests
+            message["batch"] = self._batch_id
+            batch = OpenBatch(self._batch_id, requests, answers, channel)
+            # Before the send: the reader thread routes the batch's answers and questions.
+            with self._open_lock:
+                self._open[batch.number] = batch
+            self._batch = batch
+            with contextlib.suppress(OSError):  # the worker is gone: _receive names how it ended
+                self._send(message, fds)
             try:
-                if replaced is None:
-                    self._send(message)
-                else:
-                    message["arena_size"] = replaced.size
-                    self._send(message, (replaced.fd,))
-            except OSError:
-                pass  # the worker is gone: _receive names how it ended
-            try:
-                if self._decoupled:
-                    return self._decoupled_answers(len(requests), respond)
-                reply = self._receive(None)
+                self._await_executed(batch)
             finally:
-                self._batch = []
-            if reply.get("type") != "result" or len(reply.get("responses", ())) != len(requests):
+                self._batch = None
+                batch.executed = True
+                self._forget_if_done(batch)
+
+    def _batch_message(self, requests: list[PythonRequest]) -> tuple[ipc.Message, tuple[int, ...]]:
+        """The ``execute`` message of a batch, its inputs placed in the inputs arena (with the
+        arena's descriptor when it was replaced)."""
+        assert self._inputs is not None
+        tensors = [(name, array) for r in requests for name, array in r.inputs.items()]
+        try:
+            refs, replaced = self._inputs.place(tensors)
+        except TypeError as error:
+            raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
+        wire: list[ipc.Message] = []
+        position = 0
+        for request in requests:
+            count = len(request.inputs)
+            wire.append(
+                {
+                    "request_id": request.request_id,
+                    "inputs": [ref.to_message() for ref in refs[position : position + count]],
+                    "requested_output_names": request.requested_output_names,
+                    "parameters": request.parameters,
+                    "correlation_id": request.correlation_id,
+                    "flags": request.flags,
+                    "timeout": request.timeout_us,
+                }
+            )
+            position += count
+        message: ipc.Message = {"type": "execute", "requests": wire}
+        if replaced is None:
+            return message, ()
+        message["arena_size"] = replaced.size
+        return message, (replaced.fd,)
+
+    def _await_executed(self, batch: OpenBatch) -> None:
+        """Waits for the worker's word that ``execute`` returned (its failure ends every request
+        still open), ending overdue requests and cancelling abandoned BLS calls meanwhile."""
+        all_ended_at: float | None = None
+        check_at = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now >= check_at:
+                check_at = now + _LIVENESS_POLL_S
+                self._end_overdue(batch, now)
+                self._cancel_abandoned_calls()
+                # Only once the server ended one of them: a model may work on after its finals.
+                if batch.all_ended() and batch.ended_by_server():
+                    all_ended_at = now if all_ended_at is None else all_ended_at
+                    if now - all_ended_at >= HUNG_EXECUTE_GRACE_S:
+                        self._kill_hung_execute()
+                        return
+            try:
+                message, fds = self._receive_message(check_at)
+            except TimeoutError:
+                continue
+            for fd in fds:
+                os.close(fd)
+            if message.get("type") != "result":
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
-            return [self._response(answer) for answer in reply["responses"]]
+            if message.get("error") is not None:  # execute raised: it ends every open request
+                batch.finish_open(PythonResponse(error=str(message["error"])))
+            return
+
+    def _route_response(self, message: ipc.Message, fds: list[int]) -> None:
+        """A decoupled request's response, from the reader thread: to its batch's answers
+        (dropped when the request or its batch already ended)."""
+        with self._open_lock:
+            batch = self._open.get(message.get("batch"))  # type: ignore[arg-type]
+        response = self._streamed(message, fds)
+        index = message.get("index")
+        if batch is None or not isinstance(index, int) or not 0 <= index < len(batch.requests):
+            return
+        if message.get("final"):
+            has_response = "outputs" in message or "error" in message
+            batch.finish(index, response if has_response else None)
+            self._forget_if_done(batch)
+        else:
+            batch.respond(index, response)
+
+    def _forget_if_done(self, batch: OpenBatch) -> None:
+        if batch.executed and batch.all_ended():
+            with self._open_lock:
+                self._open.pop(batch.number, None)
+
+    def _end_overdue(self, batch: OpenBatch, now: float) -> None:
+        """Ends each open request of ``batch`` that was cancelled or passed its deadline at
+        least ``CANCELLED_GRACE_S`` ago: its answer says so, and the worker closes its sender
+        (later sends are dropped)."""
+
+        def ending(_index: int) -> PythonResponse:
+            return PythonResponse(
+                error=f"the request was cancelled, or its deadline passed, before "
+                f"{self._spec.describe()} sent its final response",
+                cancelled=True,
+            )
+
+        for index in batch.end_overdue(now, CANCELLED_GRACE_S, ending):
+            with self._send_lock, contextlib.suppress(OSError):
+                # Only to the worker it was sent to (gone: the batch ended with it).
+                if self._channel is batch.channel:
+                    batch.channel.send({"type": "close", "batch": batch.number, "index": index})
+        self._forget_if_done(batch)
+
+    def _end_overdue_open(self) -> None:
+        """The reader thread's round over the batches whose execute returned."""
+        with self._open_lock:
+            batches = [batch for batch in self._open.values() if batch.executed]
+        now = time.monotonic()
+        for batch in batches:
+            self._end_overdue(batch, now)
+
+    def _fail_open(self, channel: ipc.Channel) -> None:
+        """The worker behind ``channel`` ended: its batches' open requests end with that."""
+        with self._open_lock:
+            gone = [b for b in self._open.values() if b.channel is channel]
+            for batch in gone:
+                del self._open[batch.number]
+        ended = PythonResponse(
+            error=f"{self._spec.describe()} ended before it sent the request's final response",
+            worker_gone=True,
+        )
+        for batch in gone:
+            batch.finish_open(ended)
 
     def _execute_on_ring(
         self, session: PythonWorkerSession, requests: list[PythonRequest]
@@ -439,7 +577,7 @@ class PythonModelProcess:
             except TypeError as error:
                 raise errors.InvalidArgument(f"{self._spec.describe()}: {error}") from error
             flag = CancellationFlag()
-            if _ended(request):
+            if request_ended(request):
                 flag.set()  # before the send: the worker may ask before a watcher runs
             elif request.cancelled is not None:
                 flags.append((request.cancelled, flag))
@@ -494,81 +632,6 @@ class PythonModelProcess:
         self._last_died = died
         return died if self._on_died is None else self._on_died(died)
 
-    def _decoupled_answers(
-        self, count: int, respond: Respond | None
-    ) -> list[PythonResponse | None]:
-        """A decoupled batch's streamed responses, handed to ``respond`` as they come, until
-        execute has returned and every request has had its final flag, or was ended (cancelled,
-        past its deadline; its sender is closed in the worker). Returns each request's final
-        answer: a response, or None for the final flag alone. An execute that does not return
-        within ``HUNG_EXECUTE_GRACE_S`` of its last request ending, one of them ended by the
-        server, has its worker killed."""
-        finals: dict[int, PythonResponse | None] = {}
-        cancelled_at: dict[int, float] = {}
-        executed = False
-        all_ended_at: float | None = None
-        check_at = time.monotonic()
-        while not executed or len(finals) < count:
-            now = time.monotonic()
-            if now >= check_at:
-                check_at = now + _LIVENESS_POLL_S
-                self._end_cancelled(finals, cancelled_at, now)
-                self._cancel_abandoned_calls()
-                # Only once the server ended one of them: a model may work on after its finals.
-                server_ended = any(f is not None and f.cancelled for f in finals.values())
-                if len(finals) == count and server_ended:
-                    all_ended_at = now if all_ended_at is None else all_ended_at
-                    if now - all_ended_at >= HUNG_EXECUTE_GRACE_S:
-                        self._kill_hung_execute()
-                        break
-            try:
-                message, fds = self._receive_message(check_at)
-            except TimeoutError:
-                continue
-            kind = message.get("type")
-            if kind == "result":
-                for fd in fds:
-                    os.close(fd)
-                executed = True
-                if message.get("error") is not None:  # execute raised: it ends every open request
-                    failed = PythonResponse(error=str(message["error"]))
-                    for open_index in range(count):
-                        finals.setdefault(open_index, failed)
-                continue
-            index = message.get("index")
-            if kind != "response" or not isinstance(index, int) or not 0 <= index < count:
-                for fd in fds:
-                    os.close(fd)
-                raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
-            response = self._streamed(message, fds)
-            if index in finals or message.get("batch", self._batch_id) != self._batch_id:
-                continue  # its request already ended (or its batch did): nothing follows
-            if message.get("final"):
-                has_response = "outputs" in message or "error" in message
-                finals[index] = response if has_response else None
-            elif respond is not None:
-                respond(index, response)
-        return [finals[index] for index in range(count)]
-
-    def _end_cancelled(
-        self, finals: dict[int, PythonResponse | None], cancelled_at: dict[int, float], now: float
-    ) -> None:
-        """Ends each open request of the batch that was cancelled or passed its deadline at
-        least ``CANCELLED_GRACE_S`` ago: its answer says so, and the worker closes its sender
-        (later sends are dropped)."""
-        for index, request in enumerate(self._batch):
-            if index in finals or not _ended(request):
-                continue
-            if now - cancelled_at.setdefault(index, now) < CANCELLED_GRACE_S:
-                continue
-            finals[index] = PythonResponse(
-                error=f"the request was cancelled, or its deadline passed, before "
-                f"{self._spec.describe()} sent its final response",
-                cancelled=True,
-            )
-            with contextlib.suppress(OSError):  # the worker is gone: the batch ends with it
-                self._send({"type": "close", "batch": self._batch_id, "index": index})
-
     def _kill_hung_execute(self) -> None:
         """Every request of the batch ended long ago and execute still runs: nothing else can
         free the instance. The worker is killed; the next batch (or the executor's watch)
@@ -587,7 +650,8 @@ class PythonModelProcess:
         if self.session is not None:
             abandoned = self.session.batch_abandoned()
         else:
-            abandoned = bool(self._batch) and all(_ended(r) for r in self._batch)
+            batch = self._batch
+            abandoned = batch is not None and all(request_ended(r) for r in batch.requests)
         if abandoned:
             self._calls.cancel_all()
 
@@ -599,16 +663,6 @@ class PythonModelProcess:
             return PythonResponse(error=str(message["error"]))
         refs = [ipc.TensorRef.from_message(m) for m in message.get("outputs", ())]
         return PythonResponse(outputs=ipc.copy_out(message, fds, refs))
-
-    def _response(self, answer: ipc.Message) -> PythonResponse:
-        if "error" in answer:
-            return PythonResponse(error=str(answer["error"]))
-        assert self._outputs is not None
-        outputs: dict[str, npt.NDArray[Any]] = {}
-        for ref in (ipc.TensorRef.from_message(m) for m in answer["outputs"]):
-            # A copy: the worker rewrites the output arena with the next batch.
-            outputs[ref.name] = np.array(self._outputs.view(ref), copy=True)
-        return PythonResponse(outputs=outputs)
 
     def _receive(
         self, deadline: float | None, abandon: threading.Event | None = None
@@ -660,16 +714,22 @@ class PythonModelProcess:
         answered, everything else queued for whoever waits on the worker (None at the end).
         While the worker is silent, the batch's BLS calls are cancelled once its every request
         ended. Closes the channel when it ends."""
+        check_at = time.monotonic() + _LIVENESS_POLL_S
         try:
             while True:
+                if time.monotonic() >= check_at:
+                    check_at = time.monotonic() + _LIVENESS_POLL_S
+                    self._cancel_abandoned_calls()
+                    self._end_overdue_open()
                 if not channel.buffered():
                     readable, _, _ = select.select([channel.socket], [], [], _LIVENESS_POLL_S)
                     if not readable:
-                        self._cancel_abandoned_calls()
                         continue
                 message, fds = channel.receive()
                 kind = message.get("type")
-                if kind == "log":
+                if kind == "response":
+                    self._route_response(message, fds)
+                elif kind == "log":
                     self._log_record(message)
                     for fd in fds:
                         os.close(fd)
@@ -682,18 +742,20 @@ class PythonModelProcess:
                 else:
                     inbox.put((message, fds))
         except (ipc.ChannelClosed, OSError, ValueError):
+            self._fail_open(channel)
             inbox.put(None)
         finally:
             channel.close()
 
     def _answer_cancelled(self, message: ipc.Message) -> None:
-        """Whether request ``index`` of the batch in flight was cancelled; a request of a batch
-        that is over for the server (the question crossed its close) was."""
+        """Whether request ``index`` of an open batch was cancelled; a request of a batch that
+        is over for the server (the question crossed its end) was."""
         index = message.get("index")
-        cancelled = message.get("batch", self._batch_id) != self._batch_id
-        if not cancelled and isinstance(index, int) and 0 <= index < len(self._batch):
-            check = self._batch[index].cancelled
-            cancelled = check is not None and bool(check())
+        with self._open_lock:
+            batch = self._open.get(message.get("batch", self._batch_id))
+        cancelled = True
+        if batch is not None and isinstance(index, int) and 0 <= index < len(batch.requests):
+            cancelled = request_ended(batch.requests[index])
         with contextlib.suppress(OSError):  # the worker is gone: the batch fails with it
             self._send({"type": "cancelled", "id": message.get("id"), "cancelled": cancelled})
 

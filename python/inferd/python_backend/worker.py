@@ -477,8 +477,15 @@ class ModelWorker:
         return _describe(error)
 
     def _request(self, wire: ipc.Message) -> pb_utils.InferenceRequest:
+        # A decoupled request may outlive its batch (answered by a thread of the model's after
+        # execute returned) while the server's next batch rewrites or replaces the arena: its
+        # inputs are copied out. Others are views, used only while execute runs.
+        copied = self._decoupled
         inputs = [
-            pb_utils.Tensor(ref.name, self._inputs.view(ref))
+            pb_utils.Tensor(
+                ref.name,
+                np.array(self._inputs.view(ref), copy=True) if copied else self._inputs.view(ref),
+            )
             for ref in (ipc.TensorRef.from_message(m) for m in wire["inputs"])
         ]
         chain, parameters = split_chain(str(wire.get("parameters", "{}")))

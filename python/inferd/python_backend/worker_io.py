@@ -90,6 +90,7 @@ class PythonResponse:
     cancelled: bool = (
         False  # the error is the request's cancellation (or deadline), not the model's
     )
+    worker_gone: bool = False  # the error is the worker's end, not the model's answer
 
 
 # A decoupled request's streamed response, as the worker sent it: request index, response.
