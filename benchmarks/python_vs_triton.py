@@ -261,10 +261,15 @@ def triton_command(triton: Triton, repository: Path, port: int, extra: list[str]
 
 
 def start_triton(
-    triton: Triton, repository: Path, extra: list[str], log: Path, timeout: float = 180
+    triton: Triton,
+    repository: Path,
+    extra: list[str],
+    log: Path,
+    timeout: float = 180,
+    models: tuple[str, ...] = (MODEL,),
 ) -> tuple[harness.Server, str]:
-    """Starts tritonserver and waits for its gRPC service and the model's READY row; its log
-    goes on being read into ``log``. Returns the server and the version its log names."""
+    """Starts tritonserver and waits for its gRPC service and each of ``models``' READY rows;
+    its log goes on being read into ``log``. Returns the server and the version its log names."""
     port = free_port()
     command = triton_command(triton, repository, port, extra)
     process = subprocess.Popen(
@@ -278,7 +283,8 @@ def start_triton(
     assert process.stdout is not None
     sink = log.open("w")
     seen: list[str] = []
-    ready = started = False
+    ready: dict[str, bool] = {}
+    started = False
     version = ""
     timer = threading.Timer(timeout, process.kill)  # a server that never starts must not hang us
     timer.start()
@@ -287,8 +293,8 @@ def start_triton(
             sink.write(line)
             seen.append(line)
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if cells[:1] == [MODEL] and len(cells) == 3:
-                ready = cells[2] == "READY"
+            if cells[0] in models and len(cells) == 3:
+                ready[cells[0]] = cells[2] == "READY"
             if cells[:1] == ["server_version"] and len(cells) == 2:
                 version = cells[1]
             if "Started GRPCInferenceService" in line:
@@ -296,13 +302,14 @@ def start_triton(
                 break
     finally:
         timer.cancel()
-    if not (started and ready):
+    all_ready = all(ready.get(model, False) for model in models)
+    if not (started and all_ready):
         process.kill()
         process.wait()
         sink.close()
         tail = "".join(seen[-30:])
         raise RuntimeError(
-            f"Triton did not start (gRPC started: {started}, {MODEL} READY: {ready}): "
+            f"Triton did not start (gRPC started: {started}, READY: {ready}): "
             f"{shlex.join(command)}\n{tail}"
         )
 
