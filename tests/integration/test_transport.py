@@ -10,10 +10,13 @@ Servers with their own flags are started the way conftest starts the session's s
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import queue
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -347,6 +350,80 @@ def test_unix_socket_of_a_tls_server_stays_plaintext(
         infer_simple(client, 11)
     finally:
         client.close()
+
+
+def https_exchange(
+    server: ServerProcess, context: ssl.SSLContext, method: str, path: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    """One request to the HTTP port over TLS (Python's http.client), its status and body."""
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+    try:
+        connection.request(method, path, body=body or None)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def https_infer_simple(server: ServerProcess, context: ssl.SSLContext) -> None:
+    """simple over the HTTP port's TLS, its sum checked."""
+    first, second = list(range(16)), [3] * 16
+    request = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": first},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": second},
+        ],
+        "outputs": [{"name": "OUTPUT0"}],
+    }
+    status, body = https_exchange(
+        server, context, "POST", "/v2/models/simple/infer", json.dumps(request).encode()
+    )
+    assert status == 200, body
+    [output] = json.loads(body)["outputs"]
+    assert output["data"] == [a + b for a, b in zip(first, second, strict=True)]
+
+
+def tls_context(certificates: Certificates, client: tuple[Path, Path] | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certificates.ca))
+    if client is not None:
+        context.load_cert_chain(str(client[0]), str(client[1]))
+    return context
+
+
+@pytest.mark.timeout(60)
+def test_the_http_port_serves_tls_with_the_grpc_ports_certificate(
+    tls_server: ServerProcess, certificates: Certificates
+) -> None:
+    context = tls_context(certificates, None)
+    assert https_exchange(tls_server, context, "GET", "/v2/health/ready")[0] == 200
+    https_infer_simple(tls_server, context)
+    # A plaintext request on the TLS port is answered by no HTTP status.
+    host, port = tls_server.http_url.rsplit(":", 1)
+    plain = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        with pytest.raises((http.client.HTTPException, OSError)):
+            plain.request("GET", "/v2/health/ready")
+            plain.getresponse()
+    finally:
+        plain.close()
+    # A client that does not trust the server's CA refuses it.
+    with pytest.raises(ssl.SSLError):
+        https_exchange(tls_server, ssl.create_default_context(), "GET", "/v2/health/ready")
+
+
+@pytest.mark.timeout(60)
+def test_mutual_tls_on_the_http_port_serves_only_clients_its_ca_signed(
+    mtls_server: ServerProcess, certificates: Certificates
+) -> None:
+    signed = tls_context(certificates, (certificates.client_cert, certificates.client_key))
+    https_infer_simple(mtls_server, signed)
+    other = (certificates.other_client_cert, certificates.other_client_key)
+    for refused in (tls_context(certificates, None), tls_context(certificates, other)):
+        # TLS 1.3 tells a refused client certificate at the first read, not in the handshake.
+        with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
+            https_exchange(mtls_server, refused, "GET", "/v2/health/ready")
+    https_infer_simple(mtls_server, signed)  # and the port serves on
 
 
 def serve_until_it_exits(repository: Path, *args: str) -> subprocess.CompletedProcess[str]:
