@@ -20,11 +20,12 @@ KIND_CPU instance, ``max_batch_size: 0`` and ``model_transaction_policy { decoup
 The load is tritonclient's gRPC stream, one client and one stream per thread (the same code for
 both servers): ``--streams`` streams each send ``--requests`` requests of ``--tokens`` tokens to
 ``tokens``, one after another, each read to its final flag; every response is checked. Responses
-per second over the measured requests; CPU = utime + stime of the server and its child processes
-(inferd's worker, Triton's stub) over the same span, per response. Then the latency test on
-``generate``: ``--probes`` requests of 1 token on a fresh stream, one at a time, first with the
-server idle, then while ``--busy`` other streams each generate ``--busy-tokens`` tokens without
-pause; the time from the send to the first response, p50 and p99 of each, and busy over idle.
+per second over the measured requests; CPU = utime + stime of the server and of its child
+processes (inferd's worker, Triton's stub), each, over the same span, per response. Then the
+latency test on ``generate``: ``--probes`` requests of 1 token on a fresh stream, one at a time,
+first with the server idle, then while ``--busy`` other streams each generate ``--busy-tokens``
+tokens without pause; the time from the send to the first response, p50 and p99 of each, and busy
+over idle.
 
 Rounds (``--rounds``) alternate which server goes first; each server is started fresh for its
 turn and stopped after it. Writes results.json and results.md into ``--out``.
@@ -125,21 +126,6 @@ def write_repository(repository: Path) -> None:
         (repository / name / "config.pbtxt").write_text(CONFIG.format(name=name))
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` and of its live children, in clock ticks."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid, utime, stime, _ = harness.proc_stat(int(entry.name))
-        except OSError:
-            continue  # it ended while we read
-        if int(entry.name) == pid or ppid == pid:
-            total += utime + stime
-    return total
-
-
 class Stream:
     """One client with one open stream; requests on it are read to their final flag."""
 
@@ -203,10 +189,10 @@ def throughput(server: harness.Server, streams: int, requests: int, tokens: int)
         thread.start()
     try:
         start.wait()
-        ticks, began = cpu_ticks(server.process.pid), time.perf_counter()
+        before, began = harness.process_ticks(server.process.pid), time.perf_counter()
         done.wait()
         seconds = time.perf_counter() - began
-        ticks = cpu_ticks(server.process.pid) - ticks
+        after = harness.process_ticks(server.process.pid)
     finally:
         for thread in threads:
             thread.join()
@@ -215,12 +201,16 @@ def throughput(server: harness.Server, streams: int, requests: int, tokens: int)
     if failures:
         raise failures[0]
     total = sum(counted)
+    per_response = 1e6 / os.sysconf("SC_CLK_TCK") / total
+    own, children = after[0] - before[0], after[1] - before[1]
     return {
         "streams": streams,
         "responses": total,
         "seconds": seconds,
         "responses_per_s": total / seconds,
-        "cpu_us_per_response": 1e6 * ticks / os.sysconf("SC_CLK_TCK") / total,
+        "cpu_us_per_response": (own + children) * per_response,
+        "server_cpu_us_per_response": own * per_response,
+        "children_cpu_us_per_response": children * per_response,
     }
 
 
@@ -293,7 +283,7 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "| streams | inferd responses/s | Triton responses/s | ratio | inferd CPU µs/response "
-        "| Triton CPU µs/response | CPU ratio |",
+        "(server + worker) | Triton CPU µs/response (server + stub) | CPU ratio |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for streams in report["args"]["streams"]:
@@ -302,10 +292,16 @@ def markdown(report: dict[str, Any]) -> str:
             for s in SERVERS
         }
         ours, theirs = (median(rows[s], "responses_per_s") for s in SERVERS)
-        our_cpu, their_cpu = (median(rows[s], "cpu_us_per_response") for s in SERVERS)
+        cpu = {s: median(rows[s], "cpu_us_per_response") for s in SERVERS}
+        split = {
+            s: f"{cpu[s]:.0f} ({median(rows[s], 'server_cpu_us_per_response'):.0f} + "
+            f"{median(rows[s], 'children_cpu_us_per_response'):.0f})"
+            for s in SERVERS
+        }
+        cpu_ratio = cpu[pvt.INFERD] / cpu[pvt.TRITON]
         lines.append(
-            f"| {streams} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} | {our_cpu:.0f} "
-            f"| {their_cpu:.0f} | {our_cpu / their_cpu:.2f} |"
+            f"| {streams} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} "
+            f"| {split[pvt.INFERD]} | {split[pvt.TRITON]} | {cpu_ratio:.2f} |"
         )
     lines += [
         "",

@@ -297,6 +297,24 @@ def proc_stat(pid: int) -> tuple[int, int, int, int]:
     return int(fields[1]), int(fields[11]), int(fields[12]), int(fields[7])
 
 
+def process_ticks(pid: int) -> tuple[int, int]:
+    """utime + stime of ``pid`` and of its live children (a python worker, a stub), in clock
+    ticks: (its own, its children's)."""
+    own = children = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid, utime, stime, _ = proc_stat(int(entry.name))
+        except OSError:
+            continue  # it ended while we read
+        if int(entry.name) == pid:
+            own += utime + stime
+        elif ppid == pid:
+            children += utime + stime
+    return own, children
+
+
 def rss_kib(pid: int) -> int | None:
     """VmRSS of a process in KiB (None once it is gone)."""
     try:

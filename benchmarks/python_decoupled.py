@@ -36,21 +36,6 @@ from inferd.examples import make_examples
 PROMPT = b"to be or not to be that is the question"
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` and of its live children, in clock ticks."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid, utime, stime, _ = harness.proc_stat(int(entry.name))
-        except OSError:
-            continue  # it ended while we read
-        if int(entry.name) == pid or ppid == pid:
-            total += utime + stime
-    return total
-
-
 def one_request(client: Any, responses: queue.Queue[Any], tokens: int) -> tuple[int, float]:
     """Sends one request and reads its stream to the final flag: (responses, seconds to first)."""
     inputs = [
@@ -113,9 +98,9 @@ def run(port: int, pid: int, streams: int, requests: int, tokens: int) -> dict[s
     for thread in threads:
         thread.start()
     barrier.wait()
-    ticks, start = cpu_ticks(pid), time.perf_counter()
+    ticks, start = sum(harness.process_ticks(pid)), time.perf_counter()
     done.wait()
-    seconds, ticks = time.perf_counter() - start, cpu_ticks(pid) - ticks
+    seconds, ticks = time.perf_counter() - start, sum(harness.process_ticks(pid)) - ticks
     for thread in threads:
         thread.join()
     if failures:

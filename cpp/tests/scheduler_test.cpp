@@ -635,27 +635,42 @@ RequestResult flag_only() {
   return result;
 }
 
+// A scheduler with one InFlightExecutor (`keep` as it takes it), its requests answered to `sink`.
+struct InFlightServing {
+  explicit InFlightServing(bool keep = true) {
+    auto owned = std::make_unique<InFlightExecutor>(keep);
+    executor = owned.get();
+    std::vector<std::unique_ptr<Executor>> instances;
+    instances.push_back(std::move(owned));
+    scheduler = std::make_unique<Scheduler>(options("in-flight", 8, /*dynamic=*/true), std::move(instances),
+                                            std::make_shared<CompletionQueue>(), test_pool());
+  }
+  ~InFlightServing() { executor->forget(); }  // before the scheduler goes: nothing held open
+  InFlightServing(const InFlightServing&) = delete;
+  InFlightServing& operator=(const InFlightServing&) = delete;
+
+  bool submit(uint64_t token, int32_t value) {
+    auto request = int_request(token, value);
+    request->sink = sink;
+    return scheduler->submit(std::move(request)).ok();
+  }
+
+  InFlightExecutor* executor = nullptr;
+  std::shared_ptr<RecordingSink> sink = std::make_shared<RecordingSink>();
+  std::unique_ptr<Scheduler> scheduler;
+};
+
 TEST(Scheduler, ADecoupledExecutorMayReturnBeforeItsFinalResponsesAndTheInstanceTakesItsNextBatch) {
-  auto queue = std::make_shared<CompletionQueue>();
-  std::vector<std::unique_ptr<Executor>> instances;
-  auto owned = std::make_unique<InFlightExecutor>();
-  InFlightExecutor* executor = owned.get();
-  instances.push_back(std::move(owned));
-  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
-  auto sink = std::make_shared<RecordingSink>();
-  auto first = int_request(1, 1);
-  first->sink = sink;
-  ASSERT_TRUE(scheduler.submit(std::move(first)).ok());
-  const InFlightExecutor::Open one = executor->wait_for(1);
+  InFlightServing serving;
+  ASSERT_TRUE(serving.submit(1, 1));
+  const InFlightExecutor::Open one = serving.executor->wait_for(1);
   ASSERT_NE(one.later, nullptr);
   // Request 1 is still open, yet the one instance takes request 2's batch.
-  auto second = int_request(2, 2);
-  second->sink = sink;
-  ASSERT_TRUE(scheduler.submit(std::move(second)).ok());
-  const InFlightExecutor::Open two = executor->wait_for(2);
+  ASSERT_TRUE(serving.submit(2, 2));
+  const InFlightExecutor::Open two = serving.executor->wait_for(2);
   ASSERT_NE(two.later, nullptr);
-  EXPECT_EQ(executor->batches(), 2);
-  // Answered from this thread, interleaved across the two batches.
+  EXPECT_EQ(serving.executor->batches(), 2);
+  // Answered from another thread, interleaved across the two batches.
   std::thread answering([&] {
     EXPECT_TRUE(one.later->respond(one.index, int_result(10)));
     EXPECT_TRUE(two.later->respond(two.index, int_result(20)));
@@ -668,10 +683,8 @@ TEST(Scheduler, ADecoupledExecutorMayReturnBeforeItsFinalResponsesAndTheInstance
   EXPECT_FALSE(one.later->respond(one.index, int_result(12)));
   EXPECT_FALSE(two.later->finish(two.index, int_result(22)));
   // Value 4's final result came while its execute ran: it completes when execute returns.
-  auto third = int_request(3, 4);
-  third->sink = sink;
-  ASSERT_TRUE(scheduler.submit(std::move(third)).ok());
-  auto seen = sink->wait(3);
+  ASSERT_TRUE(serving.submit(3, 4));
+  auto seen = serving.sink->wait(3);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[1].responses, (std::vector<int32_t>{10, 11}));
   ASSERT_EQ(seen[1].finals.size(), 1u);
@@ -685,46 +698,30 @@ TEST(Scheduler, ADecoupledExecutorMayReturnBeforeItsFinalResponsesAndTheInstance
   ASSERT_EQ(seen[3].finals.size(), 1u);
   ASSERT_TRUE(seen[3].finals[0].status.ok()) << seen[3].finals[0].status.message;
   EXPECT_EQ(*reinterpret_cast<const int32_t*>(seen[3].finals[0].outputs.at(0).data), 44);
-  const StatisticsSnapshot stats = scheduler.statistics();
+  const StatisticsSnapshot stats = serving.scheduler->statistics();
   EXPECT_EQ(stats.execution_count, 3u);
   EXPECT_EQ(stats.success.count, 3u);
   EXPECT_EQ(stats.responses, 3u + 2u);  // three streamed; the finals of requests 2 and 3
-  executor->forget();
 }
 
 TEST(Scheduler, AnOpenDecoupledRequestIsToldOfItsCancellation) {
-  auto queue = std::make_shared<CompletionQueue>();
-  std::vector<std::unique_ptr<Executor>> instances;
-  auto owned = std::make_unique<InFlightExecutor>();
-  InFlightExecutor* executor = owned.get();
-  instances.push_back(std::move(owned));
-  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
-  auto sink = std::make_shared<RecordingSink>();
-  auto request = int_request(7, 1);
-  request->sink = sink;
-  ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
-  const InFlightExecutor::Open open = executor->wait_for(1);
+  InFlightServing serving;
+  ASSERT_TRUE(serving.submit(7, 1));
+  const InFlightExecutor::Open open = serving.executor->wait_for(1);
   ASSERT_NE(open.later, nullptr);
   EXPECT_FALSE(open.cancellation.requested());
-  EXPECT_FALSE(scheduler.cancel(7));  // not queued: running, and told
+  EXPECT_FALSE(serving.scheduler->cancel(7));  // not queued: running, and told
   EXPECT_TRUE(open.cancellation.requested());
   EXPECT_TRUE(open.later->finish(open.index, RequestResult{Status::Error(StatusCode::kCancelled, "stopped"), {}}));
-  auto seen = sink->wait(1);
+  auto seen = serving.sink->wait(1);
   ASSERT_EQ(seen[7].finals.size(), 1u);
   EXPECT_EQ(seen[7].finals[0].status.code, StatusCode::kCancelled);
-  executor->forget();
 }
 
 TEST(Scheduler, ARequestLeftOpenByAnExecutorThatLetsGoOfItsBatchFails) {
-  auto queue = std::make_shared<CompletionQueue>();
-  std::vector<std::unique_ptr<Executor>> instances;
-  instances.push_back(std::make_unique<InFlightExecutor>(/*keep=*/false));
-  Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
-  auto sink = std::make_shared<RecordingSink>();
-  auto request = int_request(1, 1);
-  request->sink = sink;
-  ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
-  auto seen = sink->wait(1);
+  InFlightServing serving(/*keep=*/false);
+  ASSERT_TRUE(serving.submit(1, 1));
+  auto seen = serving.sink->wait(1);
   ASSERT_EQ(seen[1].finals.size(), 1u);
   EXPECT_EQ(seen[1].finals[0].status.code, StatusCode::kInternal);
   EXPECT_EQ(seen[1].finals[0].status.message, "the model released the request without sending its final response");
@@ -732,17 +729,9 @@ TEST(Scheduler, ARequestLeftOpenByAnExecutorThatLetsGoOfItsBatchFails) {
 
 TEST(Scheduler, ShutdownRejectingFailsOpenDecoupledRequestsAndDrainingWaitsForThem) {
   for (const bool reject : {true, false}) {
-    auto queue = std::make_shared<CompletionQueue>();
-    std::vector<std::unique_ptr<Executor>> instances;
-    auto owned = std::make_unique<InFlightExecutor>();
-    InFlightExecutor* executor = owned.get();
-    instances.push_back(std::move(owned));
-    Scheduler scheduler(options("in-flight", 8, /*dynamic=*/true), std::move(instances), queue, test_pool());
-    auto sink = std::make_shared<RecordingSink>();
-    auto request = int_request(1, 1);
-    request->sink = sink;
-    ASSERT_TRUE(scheduler.submit(std::move(request)).ok());
-    const InFlightExecutor::Open open = executor->wait_for(1);
+    InFlightServing serving;
+    ASSERT_TRUE(serving.submit(1, 1));
+    const InFlightExecutor::Open open = serving.executor->wait_for(1);
     ASSERT_NE(open.later, nullptr);
     std::atomic<bool> finished{false};
     std::thread model;
@@ -753,11 +742,11 @@ TEST(Scheduler, ShutdownRejectingFailsOpenDecoupledRequestsAndDrainingWaitsForTh
         EXPECT_TRUE(open.later->finish(open.index, int_result(5)));
       });
     }
-    scheduler.shutdown(reject ? Scheduler::ShutdownMode::kReject : Scheduler::ShutdownMode::kDrain);
+    serving.scheduler->shutdown(reject ? Scheduler::ShutdownMode::kReject : Scheduler::ShutdownMode::kDrain);
     if (!reject) {
       EXPECT_TRUE(finished) << "a draining shutdown returned while a request was open";
     }
-    auto seen = sink->wait(1);
+    auto seen = serving.sink->wait(1);
     ASSERT_EQ(seen[1].finals.size(), 1u) << reject;
     if (reject) {
       EXPECT_EQ(seen[1].finals[0].status.code, StatusCode::kUnavailable);
@@ -768,7 +757,6 @@ TEST(Scheduler, ShutdownRejectingFailsOpenDecoupledRequestsAndDrainingWaitsForTh
       model.join();
       EXPECT_TRUE(seen[1].finals[0].status.ok()) << seen[1].finals[0].status.message;
     }
-    executor->forget();
   }
 }
 
