@@ -5,15 +5,17 @@ targets.
     python benchmarks/python_vs_triton.py --triton-venv /tmp/pytriton-venv     # c = 1 16 64, x2
     python benchmarks/python_vs_triton.py --concurrencies 1 --rounds 1 --measurement-interval 1000
 
-The model (``affine``, the only ``--model-kind`` for now): FP32 INPUT0 [batch, 16] -> OUTPUT0 =
+The model (``affine``, ``--model-kind affine``, the default): FP32 INPUT0 [batch, 16] -> OUTPUT0 =
 INPUT0 * 2 + 1, ``backend: "python"``, ``max_batch_size`` ``--max-batch-size`` (64),
 ``dynamic_batching { }``, one KIND_CPU instance; its model.py (AFFINE_MODEL_PY below) is written
 from Triton's python-backend API: per request ``pb_utils.get_input_tensor_by_name(request,
 "INPUT0").as_numpy()``, ``x * 2 + 1`` (float32) and one ``InferenceResponse`` with
 ``pb_utils.Tensor("OUTPUT0", ...)``. One repository (a temporary folder, config.pbtxt complete as
-Triton wants it) is served, unchanged, by both servers. A BLS or decoupled model would be one more
-``MODEL_KINDS`` entry (its model.py, its config lines, its perf_analyzer flags such as
-``--streaming``); none is written yet.
+Triton wants it) is served, unchanged, by both servers. ``--model-kind bls``: the measured
+``affine`` is a BLS model instead (BLS_MODEL_PY): each request's INPUT0 goes on to
+``affine_step`` (AFFINE_MODEL_PY, configured alike) through
+``pb_utils.InferenceRequest(...).exec()``, and its OUTPUT0 is the answer. Decoupled models are
+benchmarks/decoupled_vs_triton.py's.
 
 What Triton needs (Triton 2.51.0 as the ``nvidia-pytriton==0.7.0`` wheel bundles it; the script
 reads nothing from the wheel but these files):
@@ -134,6 +136,32 @@ def affine(x: np.ndarray) -> np.ndarray:
     return x * 2 + 1
 
 
+# The BLS kind's measured model: each request's INPUT0 sent on to AFFINE_STEP (AFFINE_MODEL_PY
+# under that name) with InferenceRequest.exec(), its OUTPUT0 answered.
+AFFINE_STEP = "affine_step"
+BLS_MODEL_PY = f'''"""OUTPUT0 = {AFFINE_STEP}(INPUT0): a BLS call per request, as Triton shows."""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            call = pb_utils.InferenceRequest(
+                model_name="{AFFINE_STEP}",
+                requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.Tensor("INPUT0", x)],
+            )
+            answer = call.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            y = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+'''
+
+
 @dataclass(frozen=True)
 class ModelKind:
     """A model to compare: its model.py, what it answers (the warm-up checks it), config lines
@@ -144,20 +172,28 @@ class ModelKind:
     answer: Callable[[np.ndarray], np.ndarray]
     config_extra: str = ""
     pa_extra: tuple[str, ...] = ()
+    # Other python models the measured one calls (BLS): name -> model.py, configured as it is.
+    called: tuple[tuple[str, str], ...] = ()
 
 
-MODEL_KINDS = {"affine": ModelKind(AFFINE_MODEL_PY, affine)}
+MODEL_KINDS = {
+    "affine": ModelKind(AFFINE_MODEL_PY, affine),
+    "bls": ModelKind(BLS_MODEL_PY, affine, called=((AFFINE_STEP, AFFINE_MODEL_PY),)),
+}
 
 
 # --- the repository -----------------------------------------------------------------------------
 
 
 def write_repository(repository: Path, kind: ModelKind, max_batch_size: int) -> str:
-    """The model, as both servers read it; returns its config.pbtxt."""
-    config = python_backend.model_config(MODEL, max_batch_size, "python") + kind.config_extra
-    (repository / MODEL / "1").mkdir(parents=True)
-    (repository / MODEL / "1" / "model.py").write_text(kind.model_py)
-    (repository / MODEL / "config.pbtxt").write_text(config)
+    """The model and those it calls, as both servers read them; returns its config.pbtxt."""
+    config = ""
+    for name, model_py in ((MODEL, kind.model_py), *kind.called):
+        text = python_backend.model_config(name, max_batch_size, "python") + kind.config_extra
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.py").write_text(model_py)
+        (repository / name / "config.pbtxt").write_text(text)
+        config = config or text
     return config
 
 
@@ -335,7 +371,8 @@ def start(
 ) -> tuple[harness.Server, str]:
     """Starts one server; returns it and its version ("" for inferd: the commit names it)."""
     if name == TRITON:
-        return start_triton(triton, repository, args.triton_arg, log)
+        models = (MODEL, *(called for called, _ in MODEL_KINDS[args.model_kind].called))
+        return start_triton(triton, repository, args.triton_arg, log, models=models)
     command = harness.inferd_command(
         args.python, repository, ["--metrics-port", "0", *args.server_arg]
     )
