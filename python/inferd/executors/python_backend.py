@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import structlog
@@ -48,6 +48,8 @@ from inferd.python_backend.process import (
 )
 
 log = structlog.get_logger(__name__)
+
+_Result = TypeVar("_Result")
 
 # Told why an instance cannot serve (its worker is restarting), or None once it serves again.
 InstanceHealth = Callable[[str | None], None]
@@ -208,10 +210,20 @@ class PythonBackendExecutor:
             ]
         if respond is None:
             raise errors.Internal(f"{self._spec.describe()} is decoupled: its batch needs respond")
+        self._run_decoupled(
+            lambda: self._process.execute_decoupled(batch, _CoreAnswers(self, respond, batch))
+        )
+        # Each request's answers go on through `respond`, the instance free for the next batch.
+        return [PENDING] * len(batch)
+
+    def _run_decoupled(self, run: Callable[[], _Result]) -> _Result:
+        """``run`` (a decoupled batch handed to the worker) with a worker serving; a worker that
+        dies meanwhile is logged and restarted, and its error raised (UNAVAILABLE when the
+        instance was being stopped)."""
         with self._lock:
             self._serving_locked()
             try:
-                self._process.execute_decoupled(batch, _CoreAnswers(self, respond, batch))
+                return run()
             except WorkerDied as died:
                 with self._state:
                     closing = self._closing
@@ -230,8 +242,6 @@ class PythonBackendExecutor:
                 )
                 self._restart_soon(str(died))
                 raise
-        # Each request's answers go on through `respond`, the instance free for the next batch.
-        return [PENDING] * len(batch)
 
     def _serving(self) -> None:
         """The core's session found no worker attached: one serves once this returns (restarted
@@ -413,11 +423,9 @@ class PythonBackendExecutor:
                 request_id="",
                 inputs={n: a for n, a in zip(self._inputs, inputs, strict=True) if a is not None},
             )
-            with self._lock:
-                self._serving_locked()
-                (final,) = self._process.execute(
-                    [request], lambda _i, streamed: last.append(streamed)
-                )
+            (final,) = self._run_decoupled(
+                lambda: self._process.execute([request], lambda _i, streamed: last.append(streamed))
+            )
             response = final if final is not None else (last[-1] if last else None)
             answer = [] if response is None else self._answer(response, [])
         if isinstance(answer, BaseException):
