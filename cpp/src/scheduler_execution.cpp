@@ -145,7 +145,7 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   std::vector<const InferenceRequest*> executed;  // computed, or left open
   int64_t rows = 0;
   for (size_t i = 0; status.ok() && i < batch.size(); ++i) {
-    was_pending[i] = results[i].pending;
+    was_pending[i] = open && results[i].pending;  // only a decoupled request may stay open
     if (!was_pending[i]) check_shapes(i);
     if (!was_pending[i] && !results[i].status.ok()) continue;
     executed.push_back(batch[i].get());
