@@ -184,7 +184,11 @@ Status PythonWorkerExecutor::place_batch(Link& link, const std::vector<WorkerReq
   worker::SharedRegion& inputs = link.ring->inputs();
   inputs.reserve(position + description.size());
   std::byte* arena = inputs.data();
-  std::memset(arena, 0, requests.size());
+  // The flags are written before the batch is sent: a request already cancelled must read so
+  // from the model's first is_cancelled(), which may come before await_result's first look.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    arena[i] = std::byte{static_cast<uint8_t>(requests[i].cancellation.requested() ? 1 : 0)};
+  }
   for (const auto& [tensor, offset] : copies) {
     if (tensor->client_memory != nullptr) {
       std::string error;
