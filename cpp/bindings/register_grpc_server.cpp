@@ -10,6 +10,7 @@
 
 #include "inferd/grpc_calls.h"
 #include "inferd/grpc_server.h"
+#include "inferd/model_calls.h"
 #include "inferd/request_scheduler.h"
 #include "inferd/shared_memory.h"
 #include "inferd/trace_sampling.h"
@@ -154,6 +155,15 @@ void register_grpc_server(py::module_& m) {
       .def_property_readonly("ports", &GrpcServer::ports, "The bound port of each address (0 for a Unix socket).")
       .def_property_readonly("observations", &GrpcServer::observations,
                              "The ObservationQueue of the inferences the core ran while Python observes them.")
+      .def(
+          "serve_model_calls",
+          [](GrpcServer& server, ModelCalls& calls) {
+            std::shared_ptr<TransportContext> transport = server.transport();
+            calls.serve_from([transport]() { return transport->state.current(); });
+          },
+          py::arg("calls"),
+          "Python models' calls (ModelCalls) are routed by this server's serving snapshot from here on, as "
+          "its clients' requests are.")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),
            py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},

@@ -124,9 +124,107 @@ py::list run_batch(PythonWorkerExecutor& executor, const py::list& batch) {
   return results;
 }
 
+// hooks.call_unrouted as Python takes it: call_unrouted(model, version, request_id, parameters
+// (a dict), chain, requested output names, timeout_us, inputs as [(name, array)], done), where
+// done(outputs as [(name, datatype code, array)] or None, status code, message) answers the call
+// once, from any thread.
+std::function<void(const worker::CallDescription&, const std::vector<Tensor>&, ModelCallDone)> call_hook_of(
+    py::handle callable) {
+  if (callable.is_none()) return {};
+  std::shared_ptr<const void> held = hold_reference(callable);
+  return [held](const worker::CallDescription& call, const std::vector<Tensor>& inputs, ModelCallDone done) {
+    py::gil_scoped_acquire gil;
+    auto answer = [done](const py::object& outputs, int code, const std::string& message) {
+      ModelCallAnswer answer;
+      if (code != 0) {
+        answer.status = Status::Error(static_cast<StatusCode>(code), message);
+      } else {
+        try {
+          for (py::handle output : outputs.cast<py::list>()) {
+            const py::tuple named = output.cast<py::tuple>();
+            const int datatype = named[1].cast<int>();
+            if (!is_valid_datatype(datatype)) throw std::invalid_argument("unknown datatype code");
+            answer.outputs.emplace_back(named[0].cast<std::string>(),
+                                        tensor_from_executor_array(named[2], static_cast<DataType>(datatype)));
+          }
+        } catch (const std::exception& error) {
+          answer.outputs.clear();
+          answer.status =
+              Status::Error(StatusCode::kInternal, std::string("model-to-model call failed: ") + error.what());
+        }
+      }
+      py::gil_scoped_release release;
+      done(std::move(answer));
+    };
+    try {
+      py::dict parameters;
+      for (const worker::CallParameter& parameter : call.parameters) {
+        const py::str key(std::string(parameter.key));
+        switch (parameter.kind) {
+          case worker::CallParameter::Kind::kBool:
+            parameters[key] = py::bool_(parameter.number != 0);
+            break;
+          case worker::CallParameter::Kind::kInt64:
+            parameters[key] = py::int_(parameter.number);
+            break;
+          case worker::CallParameter::Kind::kString:
+            parameters[key] = py::str(std::string(parameter.text));
+            break;
+        }
+      }
+      py::list chain;
+      for (std::string_view name : call.chain) chain.append(py::str(std::string(name)));
+      py::list requested;
+      for (std::string_view name : call.requested_outputs) requested.append(py::str(std::string(name)));
+      py::list arrays;
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        arrays.append(py::make_tuple(py::str(std::string(call.inputs[k].name)), executor_array(inputs[k])));
+      }
+      py::handle(static_cast<PyObject*>(const_cast<void*>(held.get())))(
+          std::string(call.model), call.version, std::string(call.id), parameters, chain, requested, call.timeout_us,
+          arrays, py::cpp_function(answer));
+    } catch (py::error_already_set& error) {
+      const Status status = status_of(error.value());
+      py::gil_scoped_release release;
+      done(ModelCallAnswer{status, {}});
+    }
+  };
+}
+
+// hooks.call_answered_late as Python takes it: answered_late(number, outputs as [(name, array)]
+// or None, status code, message), from any thread.
+std::function<void(uint64_t, ModelCallAnswer&&)> late_hook_of(py::handle callable) {
+  if (callable.is_none()) return {};
+  std::shared_ptr<const void> held = hold_reference(callable);
+  return [held](uint64_t number, ModelCallAnswer&& answer) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object outputs = py::none();
+      if (answer.status.ok()) {
+        py::list arrays;
+        for (const auto& [name, tensor] : answer.outputs) arrays.append(py::make_tuple(name, executor_array(tensor)));
+        outputs = std::move(arrays);
+      }
+      py::handle(static_cast<PyObject*>(const_cast<void*>(held.get())))(
+          number, outputs, static_cast<int>(answer.status.code), answer.status.message);
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("answering a model-to-model call late");
+    } catch (const std::exception& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+      py::error_already_set raised;
+      raised.discard_as_unraisable("answering a model-to-model call late");
+    }
+  };
+}
+
 }  // namespace
 
 void register_python_worker(py::module_& m) {
+  py::class_<ModelCalls, std::shared_ptr<ModelCalls>>(m, "ModelCalls")
+      .def(py::init<>(),
+           "Python models' calls to other models, run by the core (model_calls.h): routed by a serving "
+           "snapshot once a server serves them (GrpcServer.serve_model_calls); until then, and for whatever "
+           "it has no route for, each session's call_unrouted runs them.");
   py::class_<WorkerRing, std::shared_ptr<WorkerRing>>(m, "WorkerRing")
       .def(py::init([](const std::string& name) { return std::make_shared<WorkerRing>(WorkerRing::create(name)); }),
            py::arg("name"),
@@ -157,7 +255,7 @@ void register_python_worker(py::module_& m) {
       .def(py::init([](std::string model_name, std::string description, std::vector<std::string> input_names,
                        const std::vector<int>& input_datatypes, std::vector<std::string> output_names,
                        const std::vector<int>& output_datatypes, const py::object& ensure_serving,
-                       const py::object& died) {
+                       const py::object& died, const py::object& call_unrouted, const py::object& call_answered_late) {
              if (input_names.size() != input_datatypes.size() || output_names.size() != output_datatypes.size()) {
                throw std::invalid_argument("each input and output needs its datatype");
              }
@@ -168,16 +266,23 @@ void register_python_worker(py::module_& m) {
              options.input_types = datatypes_of(input_datatypes);
              options.output_names = std::move(output_names);
              options.output_types = datatypes_of(output_datatypes);
-             return std::make_shared<PythonWorkerExecutor>(std::move(options),
-                                                           PythonWorkerHooks{hook_of(ensure_serving), hook_of(died)});
+             return std::make_shared<PythonWorkerExecutor>(
+                 std::move(options), PythonWorkerHooks{hook_of(ensure_serving), hook_of(died),
+                                                       call_hook_of(call_unrouted), late_hook_of(call_answered_late)});
            }),
            py::arg("model_name"), py::arg("description"), py::arg("input_names"), py::arg("input_datatypes"),
            py::arg("output_names"), py::arg("output_datatypes"), py::arg("ensure_serving"), py::arg("died"),
+           py::arg("call_unrouted") = py::none(), py::arg("call_answered_late") = py::none(),
            "A python model instance whose worker serves batches over a WorkerRing, run by the core without "
            "the GIL when given to a Scheduler. ensure_serving() is called when no worker is attached (it "
            "restarts and attaches one, or raises why none serves); died() when the attached worker exited "
            "or broke the protocol during a batch (it reaps and restarts it; what it raises fails the batch). "
-           "Both are called with the GIL; died() while the batch holds exclusive().")
+           "Both are called with the GIL; died() while the batch holds exclusive(). call_unrouted runs a "
+           "model-to-model call the core has no route for (see call_hook_of); None answers them UNAVAILABLE. "
+           "call_answered_late(number, outputs as [(name, array)] or None, status code, message) sends the answer "
+           "of a call its batch did not wait for over the control channel (None: such calls are cancelled).")
+      .def("set_model_calls", &PythonWorkerExecutor::set_model_calls, py::arg("calls"),
+           "Where the batches' model-to-model calls are routed (None: each goes to call_unrouted).")
       .def("attach", &PythonWorkerExecutor::attach, py::arg("ring"), py::arg("pidfd"),
            "A started worker: its ring and a pidfd, owned by the session from here.")
       .def("detach", &PythonWorkerExecutor::detach, "The worker is gone or being replaced.")

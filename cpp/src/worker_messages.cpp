@@ -84,6 +84,31 @@ Status read_tensor(DescriptionReader* reader, size_t arena_size, TensorPlace* pl
   return Status::Ok();
 }
 
+// A list of names: a count, then each.
+std::vector<std::string_view> read_names(DescriptionReader* reader) {
+  std::vector<std::string_view> names;
+  const uint32_t count = reader->u32();
+  for (uint32_t k = 0; k < count && !reader->failed(); ++k) names.push_back(reader->text());
+  return names;
+}
+
+Status read_tensors(DescriptionReader* reader, size_t arena_size, std::vector<TensorPlace>* places) {
+  const uint32_t count = reader->u32();
+  if (reader->failed()) return corrupt("truncated");
+  for (uint32_t k = 0; k < count; ++k) {
+    TensorPlace place;
+    Status status = read_tensor(reader, arena_size, &place);
+    if (!status.ok()) return status;
+    places->push_back(std::move(place));
+  }
+  return Status::Ok();
+}
+
+void write_names(DescriptionWriter* writer, const std::vector<std::string_view>& names) {
+  writer->u32(static_cast<uint32_t>(names.size()));
+  for (std::string_view name : names) writer->text(name);
+}
+
 }  // namespace
 
 void DescriptionWriter::u32(uint32_t value) { bytes_.append(reinterpret_cast<const char*>(&value), sizeof value); }
@@ -188,6 +213,87 @@ Status decode_responses(std::string_view bytes, size_t arena_size, std::vector<R
     responses->push_back(std::move(response));
   }
   if (!reader.at_end()) return corrupt("bytes after the last response");
+  return Status::Ok();
+}
+
+std::string encode_call(const CallDescription& call) {
+  DescriptionWriter writer;
+  writer.text(call.model);
+  writer.u64(static_cast<uint64_t>(call.version));
+  writer.text(call.id);
+  writer.u32(static_cast<uint32_t>(call.parameters.size()));
+  for (const CallParameter& parameter : call.parameters) {
+    writer.text(parameter.key);
+    writer.u32(static_cast<uint32_t>(parameter.kind));
+    if (parameter.kind == CallParameter::Kind::kString) {
+      writer.text(parameter.text);
+    } else {
+      writer.u64(static_cast<uint64_t>(parameter.number));
+    }
+  }
+  write_names(&writer, call.chain);
+  write_names(&writer, call.requested_outputs);
+  writer.u64(call.timeout_us);
+  writer.u32(static_cast<uint32_t>(call.inputs.size()));
+  for (const TensorPlace& input : call.inputs) writer.tensor(input);
+  return writer.bytes();
+}
+
+std::string encode_call_answer(const CallAnswerDescription& answer) {
+  DescriptionWriter writer;
+  writer.u32(static_cast<uint32_t>(answer.code));
+  writer.text(answer.error);
+  writer.u32(static_cast<uint32_t>(answer.outputs.size()));
+  for (const TensorPlace& output : answer.outputs) writer.tensor(output);
+  return writer.bytes();
+}
+
+Status decode_call(std::string_view bytes, size_t arena_size, CallDescription* call) {
+  DescriptionReader reader(bytes);
+  call->model = reader.text();
+  call->version = static_cast<int64_t>(reader.u64());
+  call->id = reader.text();
+  const uint32_t parameters = reader.u32();
+  if (reader.failed()) return corrupt("truncated");
+  call->parameters.clear();
+  for (uint32_t k = 0; k < parameters && !reader.failed(); ++k) {
+    CallParameter parameter;
+    parameter.key = reader.text();
+    const uint32_t kind = reader.u32();
+    if (kind == static_cast<uint32_t>(CallParameter::Kind::kString)) {
+      parameter.text = reader.text();
+    } else if (kind == static_cast<uint32_t>(CallParameter::Kind::kBool) ||
+               kind == static_cast<uint32_t>(CallParameter::Kind::kInt64)) {
+      parameter.number = static_cast<int64_t>(reader.u64());
+    } else if (!reader.failed()) {
+      return corrupt("parameter kind " + std::to_string(kind));
+    }
+    parameter.kind = static_cast<CallParameter::Kind>(kind);
+    call->parameters.push_back(parameter);
+  }
+  call->chain = read_names(&reader);
+  call->requested_outputs = read_names(&reader);
+  call->timeout_us = reader.u64();
+  if (reader.failed()) return corrupt("truncated");
+  call->inputs.clear();
+  Status status = read_tensors(&reader, arena_size, &call->inputs);
+  if (!status.ok()) return status;
+  if (!reader.at_end()) return corrupt("bytes after the call's last input");
+  return Status::Ok();
+}
+
+Status decode_call_answer(std::string_view bytes, size_t arena_size, CallAnswerDescription* answer) {
+  DescriptionReader reader(bytes);
+  const uint32_t code = reader.u32();
+  answer->error = reader.text();
+  if (reader.failed()) return corrupt("truncated");
+  if (code > static_cast<uint32_t>(StatusCode::kPermissionDenied))
+    return corrupt("status code " + std::to_string(code));
+  answer->code = static_cast<StatusCode>(code);
+  answer->outputs.clear();
+  Status status = read_tensors(&reader, arena_size, &answer->outputs);
+  if (!status.ok()) return status;
+  if (!reader.at_end()) return corrupt("bytes after the answer's last output");
   return Status::Ok();
 }
 

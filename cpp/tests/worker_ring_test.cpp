@@ -268,7 +268,8 @@ TEST(PythonWorkerExecutor, ABatchCrossesTheRingAndItsAnswersViewTheArena) {
   auto ring = std::make_shared<WorkerRing>(WorkerRing::create("test"));
   FakeWorker worker(*ring, echo);
   int served = 0;
-  PythonWorkerExecutor executor(options(), {[&served] { return ++served, Status::Ok(); }, [] { return Status::Ok(); }});
+  PythonWorkerExecutor executor(options(),
+                                {[&served] { return ++served, Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1, 2, 3};
   const std::vector<float> b = {4, 5};
@@ -298,7 +299,7 @@ TEST(PythonWorkerExecutor, AMissingOrMistypedOutputFailsItsRequestAlone) {
     error.error = "the model's own error";
     return responses;  // the third has no output at all
   });
-  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }});
+  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;
@@ -331,7 +332,7 @@ TEST(PythonWorkerExecutor, CancellationReachesTheWorkerWhileItRuns) {
     failed.error = "cancelled";
     return std::vector<ResponseDescription>(batch.requests.size(), failed);
   });
-  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }});
+  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   ExecutorRequest request = request_of(a, "a");
@@ -364,7 +365,9 @@ TEST(PythonWorkerExecutor, AWorkerThatExitsFailsTheBatchWithWhatDiedSays) {
                                             [&died] {
                                               ++died;
                                               return Status::Error(StatusCode::kInternal, "it died: status 3");
-                                            }});
+                                            },
+                                            {},
+                                            {}});
   executor.attach(ring, pidfd);
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;
@@ -389,7 +392,9 @@ TEST(PythonWorkerExecutor, ACorruptAnswerIsTheWorkersDeath) {
                                             [&died] {
                                               ++died;
                                               return Status::Error(StatusCode::kInternal, "killed");
-                                            }});
+                                            },
+                                            {},
+                                            {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "inferd/executor.h"
+#include "inferd/model_calls.h"
 #include "inferd/worker_messages.h"
 #include "inferd/worker_ring.h"
 
@@ -26,6 +27,15 @@ struct PythonWorkerHooks {
   // The attached worker exited while it held a batch: reaps it and schedules its restart; the
   // status the batch fails with (INTERNAL naming how it ended, UNAVAILABLE when it was stopped).
   std::function<Status()> died;
+  // A model-to-model call the core has no route for (ModelCalls::start gave none): the Python
+  // side runs it (its registry says why it cannot be run) and answers through `done`, once, from
+  // any thread. `inputs` are parallel to call.inputs; both are valid during the hook only.
+  std::function<void(const worker::CallDescription& call, const std::vector<Tensor>& inputs, ModelCallDone done)>
+      call_unrouted;
+  // The answer of call `number` that was still in flight when its batch was answered: the
+  // worker's thread that made it waits for it on the control channel. From any thread. Empty:
+  // such calls are cancelled when their batch ends.
+  std::function<void(uint64_t number, ModelCallAnswer&& answer)> call_answered_late;
 };
 
 struct PythonWorkerOptions {
@@ -44,6 +54,13 @@ struct PythonWorkerOptions {
 // this process. Its inputs are copied once, into the ring's inputs arena, beside a description of
 // the batch; the worker answers in its outputs arena, and each answer's tensors are views of that
 // arena (leased until the response writer lets go), except BYTES, copied out and checked.
+//
+// The model-to-model calls (BLS) the worker makes while a batch runs come on the same ring and
+// are served by this thread while it waits for the batch: each is copied out of the arena,
+// checked against the chain of callers (a call that would wait on itself is refused), routed by
+// ModelCalls to the called version's scheduler (what it has no route for goes to
+// hooks.call_unrouted) and answered into the inputs arena above the batch; a call past its
+// timeout, or of a batch whose requests all ended, is answered at once and its request cancelled.
 //
 // The worker itself is started, restarted and stopped by the Python side, which attaches each
 // started worker (its ring and a pidfd) and detaches it when it goes; a batch that finds none
@@ -85,6 +102,10 @@ class PythonWorkerExecutor : public Executor {
   // (its model-to-model calls are then abandoned). Thread-safe.
   bool batch_abandoned() const;
 
+  // Where the batches' model-to-model calls are routed (null: every call goes to
+  // hooks.call_unrouted). Thread-safe.
+  void set_model_calls(std::shared_ptr<ModelCalls> calls);
+
   // One batch as the worker takes it, with the answers it sent as they are (the Python side's
   // execute, for warm-up and tests). A failure of the whole batch is returned.
   Status run(const std::vector<WorkerRequest>& requests, std::vector<WorkerAnswer>* answers);
@@ -99,14 +120,21 @@ class PythonWorkerExecutor : public Executor {
  private:
   struct Link;
   struct OutputLease;
+  struct BatchCalls;
 
   std::shared_ptr<Link> link() const;
   Status run_batch(Link& link, const std::vector<WorkerRequest>& requests, std::vector<WorkerAnswer>* answers);
   Status place_batch(Link& link, const std::vector<WorkerRequest>& requests, worker::Message* message);
   // Waits for batch `batch`'s result; writes cancellation flags meanwhile. kInternal when the
   // worker exited (`exited` set).
+  // Meanwhile starts the batch's model-to-model calls and sends their answers.
   Status await_result(Link& link, const std::vector<WorkerRequest>& requests, uint64_t batch, worker::Message* result,
                       bool* exited);
+  // A call the worker sent while the batch runs: started, or answered at once when it cannot be.
+  void start_call(Link& link, const worker::Message& message, BatchCalls& calls);
+  // The call's answer into the inputs arena, above what the batch and earlier answers use; false
+  // when the worker takes no messages.
+  bool send_call_answer(Link& link, uint64_t call, const ModelCallAnswer& answer, BatchCalls& calls);
   Status read_answers(Link& link, size_t count, const worker::Message& result, std::vector<WorkerAnswer>* answers);
   // An answer in model output order, its types checked.
   RequestResult in_model_order(WorkerAnswer&& answer, const ExecutorRequest& request) const;
@@ -120,6 +148,8 @@ class PythonWorkerExecutor : public Executor {
   std::shared_ptr<Link> link_;                      // guarded by link_mutex_
   std::vector<std::weak_ptr<OutputLease>> leases_;  // guarded by link_mutex_
   uint64_t next_batch_ = 1;                         // guarded by batch_mutex_
+  uint64_t batch_end_ = 0;                   // the end of the batch in flight's bytes in the inputs arena; batch_mutex_
+  std::shared_ptr<ModelCalls> model_calls_;  // guarded by link_mutex_
   // The batch in flight's cancellations, for batch_abandoned(); guarded by link_mutex_.
   std::vector<RequestCancellation> running_;
 };

@@ -12,7 +12,8 @@
 //   11  ensemble steps: one process-wide counter (ensemble_scheduler.cpp), from 0, so that a step,
 //       which shares its composing model's scheduler with direct traffic, is the only request
 //       Scheduler::cancel(step token) can reach, whichever ensemble it belongs to.
-//   01  unused.
+//   01  python models' calls to other models (BLS): ModelCalls (model_calls.h), one counter per
+//       ModelCalls, from 1 (one per server).
 
 #include <atomic>
 #include <cstdint>
@@ -21,6 +22,7 @@ namespace inferd {
 
 inline constexpr uint64_t kTransportTokenRange = uint64_t{1} << 63;     // 10: the gRPC transport
 inline constexpr uint64_t kEnsembleStepTokenRange = uint64_t{3} << 62;  // 11: ensemble steps
+inline constexpr uint64_t kModelCallTokenRange = uint64_t{1} << 62;     // 01: BLS calls
 
 // The tokens of one range: `range` | first, `range` | first + 1, ... Thread-safe; never blocks.
 // Memory ordering: relaxed; a token hands no data across threads, it only has to differ from the

@@ -47,6 +47,36 @@ struct ResponseDescription {
   std::vector<TensorPlace> outputs;  // when ok
 };
 
+// A request parameter of a call: Triton's python backend allows bool, int and str values.
+struct CallParameter {
+  enum class Kind : uint32_t { kBool = 1, kInt64 = 2, kString = 3 };
+  std::string_view key;
+  Kind kind = Kind::kString;
+  int64_t number = 0;  // kBool (0 or 1) and kInt64
+  std::string_view text;
+};
+
+// A model-to-model call (InferenceRequest.exec) as the worker sends it (MessageKind::kCall).
+struct CallDescription {
+  std::string_view model;
+  int64_t version = -1;  // -1: the version the server routes a request naming none to
+  std::string_view id;
+  std::vector<CallParameter> parameters;
+  // The models whose calls led to the calling batch's requests, first caller first (the caller
+  // itself is not in it): a call to one of them, or to the caller, would wait on itself.
+  std::vector<std::string_view> chain;
+  std::vector<std::string_view> requested_outputs;  // empty: every output
+  uint64_t timeout_us = 0;                          // 0: none of the model's own
+  std::vector<TensorPlace> inputs;
+};
+
+// A call's answer (MessageKind::kCallResult): its outputs, or its failure with the status code.
+struct CallAnswerDescription {
+  StatusCode code = StatusCode::kOk;
+  std::string_view error;
+  std::vector<TensorPlace> outputs;
+};
+
 // Appends a description, field by field.
 class DescriptionWriter {
  public:
@@ -62,10 +92,14 @@ class DescriptionWriter {
 
 std::string encode_batch(const BatchDescription& batch);
 std::string encode_responses(const std::vector<ResponseDescription>& responses);
+std::string encode_call(const CallDescription& call);
+std::string encode_call_answer(const CallAnswerDescription& answer);
 
 // `arena_size`: every tensor must lie within [0, arena_size). INTERNAL names what is wrong.
 Status decode_batch(std::string_view bytes, size_t arena_size, BatchDescription* batch);
 Status decode_responses(std::string_view bytes, size_t arena_size, std::vector<ResponseDescription>* responses);
+Status decode_call(std::string_view bytes, size_t arena_size, CallDescription* call);
+Status decode_call_answer(std::string_view bytes, size_t arena_size, CallAnswerDescription* answer);
 
 // Bytes between tensors: each starts on a cache line.
 constexpr size_t kTensorAlignment = 64;

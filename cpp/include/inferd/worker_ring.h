@@ -27,11 +27,24 @@ namespace inferd::worker {
 // What a slot says. The numbers are the protocol (both sides are built from this header).
 enum class MessageKind : uint32_t {
   kExecute = 1,  // server -> worker: a batch is in `inputs` at [offset, offset + length)
-  kResult = 2,   // worker -> server: batch `batch`'s answers are in `outputs` at [offset, ...)
+  // worker -> server: batch `batch`'s answers are in `outputs` at [offset, ...); `floor`: how
+  // many of the batch's call answers (kCallResult) the worker took before it answered.
+  kResult = 2,
+  // worker -> server: a model-to-model call (BLS) made while batch `floor` runs; `batch` is the
+  // call's number, its CallDescription and input tensors in `outputs` at [offset, ...). The
+  // worker keeps them there until that batch's result is sent (the server copies them on receipt).
+  kCall = 3,
+  // server -> worker: call `batch`'s answer (CallAnswerDescription and output tensors) in
+  // `inputs` at [offset, ...), above the batch's own bytes. Sent only before the batch's result
+  // arrives: the next batch overwrites it, so the worker copies it out on receipt, and takes none
+  // after it answered the batch. An answer it did not take (the result counts those it took), and
+  // the answer of a call still in flight then, goes over the control channel instead.
+  kCallResult = 4,
 };
 
 // One slot. `floor`: in an execute, the offset in `outputs` from which the worker may write its
-// answers (the server still reads answers below it); unused otherwise.
+// answers (the server still reads answers below it); in a call, the batch it was made in; in a
+// result, the call answers taken; unused otherwise.
 struct Message {
   uint32_t kind = 0;
   uint32_t count = 0;  // requests (execute) or responses (result)
@@ -153,8 +166,9 @@ struct RingHeader {
 };
 
 // One end of a channel: the server's or the worker's. Thread rules: one thread sends and one
-// thread receives at a time on each end (the executor's worker thread on the server, the model's
-// main thread in the worker); wake() may be called from any thread.
+// thread receives at a time on each end (on the server, the executor's worker thread; in the
+// worker, sends are serialized by its loop's lock and receiving is taken in turns, see
+// WorkerLoop); wake() may be called from any thread.
 class WorkerRing {
  public:
   enum class Side { kServer, kWorker };
