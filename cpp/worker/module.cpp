@@ -2,8 +2,10 @@
 // worker process only. It links the ring and its descriptions, none of the server.
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
+#include <vector>
 
 #include "worker_loop.h"
 
@@ -24,5 +26,11 @@ PYBIND11_MODULE(_worker, module) {
           },
           py::arg("execute"), py::arg("make_request"), py::arg("resolve"), py::arg("report"), py::arg("response_type"),
           py::arg("should_stop"), "Serves batches until should_stop() answers true after a wake().")
-      .def("wake", &inferd::worker::WorkerLoop::wake, "Makes serve() ask should_stop(); from any thread.");
+      .def("wake", &inferd::worker::WorkerLoop::wake, "Makes serve() ask should_stop(); from any thread.")
+      .def("call", &inferd::worker::WorkerLoop::call, py::arg("number"), py::arg("model"), py::arg("version"),
+           py::arg("request_id"), py::arg("parameters"), py::arg("chain"), py::arg("requested"), py::arg("timeout_us"),
+           py::arg("inputs"),
+           "A model-to-model call on the ring while a batch runs: (outputs as [(name, ndarray)], status code, "
+           "message); (None, 0, '') when its answer comes on the control channel under `number` (its batch "
+           "was answered first); None between batches.");
 }

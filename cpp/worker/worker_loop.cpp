@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -183,34 +184,230 @@ void WorkerLoop::serve(const LoopCallbacks& callbacks) {
     bool received = false;
     {
       py::gil_scoped_release release;
-      while (!(received = ring_.receive(&message))) {
-        if (ring_.wait(-1) != WorkerRing::Wait::kMessage) break;
+      std::unique_lock<std::mutex> lock(mutex_);
+      receive_until(lock, [this] { return !executes_.empty() || woken_; });
+      if (!executes_.empty()) {
+        message = executes_.front();
+        executes_.pop_front();
+        received = true;
+      } else {
+        woken_ = false;
       }
     }
     if (!received) {
       if (callbacks.should_stop().cast<bool>()) return;
       continue;
     }
-    if (message.kind == static_cast<uint32_t>(MessageKind::kExecute)) run(callbacks, message);
+    run(callbacks, message);
   }
+}
+
+template <typename Done>
+void WorkerLoop::receive_until(std::unique_lock<std::mutex>& lock, Done done) {
+  while (!done()) {
+    // Messages are taken only with the lock held: end_batch() sees every answer that came.
+    if (take_messages()) continue;
+    if (receiving_) {
+      changed_.wait(lock);
+      continue;
+    }
+    receiving_ = true;
+    lock.unlock();
+    const WorkerRing::Wait waited = ring_.wait(-1);  // a message in (not taken), or a wake()
+    lock.lock();
+    receiving_ = false;
+    if (waited == WorkerRing::Wait::kWoken) woken_ = true;
+    changed_.notify_all();
+  }
+}
+
+bool WorkerLoop::take_messages() {
+  Message message;
+  bool took = false;
+  while (ring_.receive(&message)) {
+    dispatch(message);
+    took = true;
+  }
+  if (took) changed_.notify_all();
+  return took;
+}
+
+void WorkerLoop::dispatch(const Message& message) {
+  if (message.kind == static_cast<uint32_t>(MessageKind::kExecute)) {
+    executes_.push_back(message);
+    return;
+  }
+  if (message.kind != static_cast<uint32_t>(MessageKind::kCallResult)) return;
+  auto open = calls_.find(message.batch);
+  if (open == calls_.end()) return;  // answered late: the arena may hold the next batch by now
+  ++answers_taken_;
+  CallReply& reply = open->second->reply;
+  SharedRegion& inputs = ring_.inputs();
+  Status status;
+  CallAnswerDescription answer;
+  std::string description;
+  if (message.offset > UINT64_MAX - message.length || !inputs.cover(message.offset + message.length)) {
+    status = Status::Error(StatusCode::kInternal, "the call's answer lies outside the inputs arena");
+  } else {
+    description.assign(reinterpret_cast<const char*>(inputs.data() + message.offset), message.length);
+    status = decode_call_answer(description, inputs.size(), &answer);
+  }
+  if (!status.ok()) {
+    reply.code = status.code;
+    reply.error = status.message;
+  } else {
+    reply.code = answer.code;
+    reply.error = std::string(answer.error);
+    for (const TensorPlace& place : answer.outputs) {
+      reply.outputs.push_back(
+          CallReply::Output{std::string(place.name), place.dtype, place.shape,
+                            std::string(reinterpret_cast<const char*>(inputs.data() + place.offset), place.nbytes)});
+    }
+  }
+  open->second->answered = true;
+  calls_.erase(open);
+}
+
+void WorkerLoop::end_batch() {
+  take_messages();  // the answers that came: the result says how many were taken
+  batch_ = 0;
+  for (auto& [number, open] : calls_) open->late = true;
+  const bool late = !calls_.empty();
+  calls_.clear();
+  changed_.notify_all();
+  if (late && receiving_) ring_.wake();  // a caller may be the one receiving: it looks again
+}
+
+py::object WorkerLoop::call(uint64_t number, const std::string& model, int64_t version, const std::string& id,
+                            const py::list& parameters, const std::vector<std::string>& chain,
+                            const std::vector<std::string>& requested, uint64_t timeout_us, const py::list& inputs) {
+  CallDescription described;
+  described.model = model;
+  described.version = version;
+  described.id = id;
+  std::vector<std::string> texts;  // what the parameters' views point at
+  texts.reserve(parameters.size() * 2);
+  for (py::handle item : parameters) {
+    const py::tuple pair = item.cast<py::tuple>();
+    CallParameter parameter;
+    parameter.key = texts.emplace_back(pair[0].cast<std::string>());
+    py::handle value = pair[1];
+    if (PyBool_Check(value.ptr())) {
+      parameter.kind = CallParameter::Kind::kBool;
+      parameter.number = value.cast<bool>() ? 1 : 0;
+    } else if (PyLong_Check(value.ptr())) {
+      parameter.kind = CallParameter::Kind::kInt64;
+      parameter.number = value.cast<int64_t>();
+    } else if (PyUnicode_Check(value.ptr())) {
+      parameter.kind = CallParameter::Kind::kString;
+      parameter.text = texts.emplace_back(value.cast<std::string>());
+    } else {
+      throw std::invalid_argument("a request parameter must be a bool, int or str, got " + type_name(value));
+    }
+    described.parameters.push_back(parameter);
+  }
+  for (const std::string& name : chain) described.chain.push_back(name);
+  for (const std::string& name : requested) described.requested_outputs.push_back(name);
+  described.timeout_us = timeout_us;
+  std::optional<CallReply> reply = send_call(number, described, inputs);
+  if (!reply) return py::none();
+  if (reply->late) return py::make_tuple(py::none(), 0, "");
+  static const py::module_ numpy = py::module_::import("numpy");
+  py::list outputs;
+  for (CallReply::Output& output : reply->outputs) {
+    py::object array;
+    if (output.dtype == DataType::kBytes) {
+      const auto* data = reinterpret_cast<const std::byte*>(output.bytes.data());
+      std::vector<size_t> offsets;
+      if (!bytes_element_offsets(data, output.bytes.size(), &offsets)) {
+        return py::make_tuple(py::list(), static_cast<int>(StatusCode::kInternal),
+                              "output '" + output.name + "' is not a serialized BYTES tensor");
+      }
+      py::list elements;
+      for (size_t k = 0; k + 1 < offsets.size(); ++k) {
+        elements.append(py::bytes(output.bytes.data() + offsets[k] + 4, offsets[k + 1] - offsets[k] - 4));
+      }
+      py::tuple shape(output.shape.size());
+      for (size_t k = 0; k < output.shape.size(); ++k) shape[k] = py::int_(output.shape[k]);
+      array = numpy.attr("array")(elements, py::arg("dtype") = "object").attr("reshape")(shape);
+    } else {
+      // The array owns the copied bytes: no second copy.
+      auto* owned = new std::string(std::move(output.bytes));
+      const py::capsule base(owned, [](void* held) { delete static_cast<std::string*>(held); });
+      array = py::array(py::dtype(numpy_name(output.dtype)), output.shape, owned->data(), base);
+    }
+    outputs.append(py::make_tuple(text_of(output.name), array));
+  }
+  return py::make_tuple(outputs, static_cast<int>(reply->code), text_of(reply->error));
+}
+
+std::optional<WorkerLoop::CallReply> WorkerLoop::send_call(uint64_t number, const CallDescription& described,
+                                                           const py::list& inputs) {
+  std::vector<PlacedOutput> placed;
+  for (py::handle input : inputs) {
+    const py::tuple named = input.cast<py::tuple>();
+    placed.push_back(place_output(named[0].cast<std::string>(), named[1]));
+  }
+  py::gil_scoped_release release;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (batch_ == 0) return std::nullopt;
+  CallDescription call = described;
+  uint64_t position = scratch_;
+  call.inputs.clear();
+  for (const PlacedOutput& input : placed) {
+    call.inputs.push_back(TensorPlace{input.name, input.dtype, input.shape, position, input.nbytes});
+    position += aligned(input.nbytes);
+  }
+  const std::string description = encode_call(call);
+  SharedRegion& outputs = ring_.outputs();
+  outputs.reserve(position + description.size());
+  std::byte* arena = outputs.data();
+  for (size_t k = 0; k < placed.size(); ++k) {
+    if (placed[k].nbytes != 0) std::memcpy(arena + call.inputs[k].offset, placed[k].bytes(), placed[k].nbytes);
+  }
+  std::memcpy(arena + position, description.data(), description.size());
+  scratch_ = aligned(position + description.size());
+  Message message;
+  message.kind = static_cast<uint32_t>(MessageKind::kCall);
+  message.batch = number;
+  message.floor = batch_;
+  message.offset = position;
+  message.length = description.size();
+  if (!ring_.send(message)) throw std::runtime_error("the server takes no calls: its ring is full");
+  auto open = std::make_shared<OpenCall>();
+  calls_[message.batch] = open;
+  receive_until(lock, [&open] { return open->answered || open->late; });
+  if (!open->answered) {
+    CallReply late;
+    late.late = true;
+    return late;
+  }
+  return std::move(open->reply);
+  // `placed` holds arrays: it goes after `release` took the GIL back.
 }
 
 void WorkerLoop::run(const LoopCallbacks& callbacks, const Message& execute) {
   Batch batch;
   batch.execute = execute;
-  SharedRegion& inputs = ring_.inputs();
   Status status;
-  if (execute.offset > UINT64_MAX - execute.length || !inputs.cover(execute.offset + execute.length)) {
-    status = Status::Error(StatusCode::kInternal, "the batch lies outside the inputs arena");
-  } else {
-    batch.description.assign(reinterpret_cast<const char*>(inputs.data() + execute.offset), execute.length);
-    status = decode_batch(batch.description, inputs.size(), &batch.described);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SharedRegion& inputs = ring_.inputs();
+    if (execute.offset > UINT64_MAX - execute.length || !inputs.cover(execute.offset + execute.length)) {
+      status = Status::Error(StatusCode::kInternal, "the batch lies outside the inputs arena");
+    } else {
+      batch.description.assign(reinterpret_cast<const char*>(inputs.data() + execute.offset), execute.length);
+      status = decode_batch(batch.description, inputs.size(), &batch.described);
+    }
+    batch.mapping = inputs.mapping();
+    batch_ = execute.batch;
+    scratch_ = execute.floor;
+    answers_taken_ = 0;
   }
   const size_t count = status.ok() ? batch.described.requests.size() : execute.count;
   std::string failure = status.ok() ? "" : status.message;
   py::object returned;
   if (failure.empty()) {
-    batch.mapping = inputs.mapping();
     try {
       returned = callbacks.execute(requests_of(callbacks, batch));
       if (!PyList_Check(returned.ptr()) && !PyTuple_Check(returned.ptr())) returned = callbacks.resolve(returned);
@@ -253,8 +450,12 @@ void WorkerLoop::run(const LoopCallbacks& callbacks, const Message& execute) {
 void WorkerLoop::write_answers(const Message& execute, const std::vector<std::string>& errors,
                                const std::vector<PlacedOutput>& placed,
                                const std::vector<std::pair<size_t, size_t>>& spans) {
-  // Every tensor's place, above the floor the server still reads below; the description after.
-  size_t position = execute.floor;
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(mutex_);
+  end_batch();
+  // Every tensor's place, above the floor the server still reads below and the batch's calls; the
+  // description after.
+  size_t position = std::max<uint64_t>(execute.floor, scratch_);
   std::vector<size_t> offsets(placed.size());
   for (size_t k = 0; k < placed.size(); ++k) {
     offsets[k] = position;
@@ -275,20 +476,18 @@ void WorkerLoop::write_answers(const Message& execute, const std::vector<std::st
   const std::string description = encode_responses(responses);
   SharedRegion& outputs = ring_.outputs();
   outputs.reserve(position + description.size());
-  {
-    py::gil_scoped_release release;
-    std::byte* arena = outputs.data();
-    for (size_t k = 0; k < placed.size(); ++k) {
-      if (placed[k].nbytes != 0) std::memcpy(arena + offsets[k], placed[k].bytes(), placed[k].nbytes);
-    }
-    std::memcpy(arena + position, description.data(), description.size());
+  std::byte* arena = outputs.data();
+  for (size_t k = 0; k < placed.size(); ++k) {
+    if (placed[k].nbytes != 0) std::memcpy(arena + offsets[k], placed[k].bytes(), placed[k].nbytes);
   }
+  std::memcpy(arena + position, description.data(), description.size());
   Message result;
   result.kind = static_cast<uint32_t>(MessageKind::kResult);
   result.count = static_cast<uint32_t>(errors.size());
   result.batch = execute.batch;
   result.offset = position;
   result.length = description.size();
+  result.floor = answers_taken_;
   if (!ring_.send(result)) throw std::runtime_error("the server takes no answers: its ring is full");
 }
 

@@ -269,6 +269,9 @@ class PythonWorkerExclusive:
     def __enter__(self) -> None: ...
     def __exit__(self, *args: object) -> None: ...
 
+class ModelCalls:
+    def __init__(self) -> None: ...
+
 class PythonWorkerSession:
     def __init__(
         self,
@@ -280,7 +283,26 @@ class PythonWorkerSession:
         output_datatypes: list[int],
         ensure_serving: Callable[[], None],
         died: Callable[[], None],
+        call_unrouted: Callable[
+            [
+                str,
+                int,
+                str,
+                dict[str, bool | int | str],
+                list[str],
+                list[str],
+                int,
+                list[tuple[str, np.ndarray]],
+                # done(outputs as [(name, datatype code, array)] or None, status code, message)
+                Callable[[list[tuple[str, int, np.ndarray]] | None, int, str], None],
+            ],
+            None,
+        ]
+        | None = None,
+        call_answered_late: Callable[[int, list[tuple[str, np.ndarray]] | None, int, str], None]
+        | None = None,
     ) -> None: ...
+    def set_model_calls(self, calls: ModelCalls | None) -> None: ...
     def attach(self, ring: WorkerRing, pidfd: int) -> None: ...
     def detach(self) -> None: ...
     @property
@@ -563,6 +585,7 @@ class GrpcServer:
     def ports(self) -> list[int]: ...
     @property
     def observations(self) -> ObservationQueue: ...
+    def serve_model_calls(self, calls: ModelCalls) -> None: ...
     def publish(
         self,
         live: bool,

@@ -27,6 +27,7 @@ from inferd.core import (
     CompletionDispatcher,
     EnsembleScheduler,
     HostBufferPool,
+    ModelCalls,
     cuda_runtime_description,
 )
 from inferd.dataplane import DataPlane
@@ -234,6 +235,7 @@ class _Models:
     control: ModelControl
     dataplane: DataPlane
     metrics: InferenceMetrics | None
+    calls: ModelCalls
 
 
 async def _load_models(settings: ServerSettings, stopping: threading.Event | None) -> _Models:
@@ -276,7 +278,9 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
     dataplane = DataPlane(registry)
     # Python models call other models (BLS) through the data plane, as clients' requests go,
     # and their worker restarts make them not ready.
-    registry.serve_python_models(DataPlaneModelCaller(dataplane, loop), loop)
+    # The core routes them once its server serves (serve_model_calls); Python, what it cannot.
+    calls = ModelCalls()
+    registry.serve_python_models(DataPlaneModelCaller(dataplane, loop), loop, calls)
     try:
         mode = ControlMode(settings.model_control_mode)
     except ValueError:
@@ -296,7 +300,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
     await loop.run_in_executor(None, registry.load_all, startup)
     if mode is ControlMode.POLL:
         await loop.run_in_executor(None, control.remember_repository)
-    return _Models(dispatcher, pool, registry, control, dataplane, metrics)
+    return _Models(dispatcher, pool, registry, control, dataplane, metrics, calls)
 
 
 def _add_services(
@@ -352,6 +356,7 @@ async def create_server(
         interceptors=[MalformedRequestsAreInvalid()],
     )
     listeners = bind_transport(settings, backend, shared_memory)
+    listeners.transport.serve_model_calls(models.calls)
     state = ServerState()
     publisher = ServingPublisher(listeners.transport, models.dataplane, state, telemetry)
     models.registry.add_listener(publisher.publish)

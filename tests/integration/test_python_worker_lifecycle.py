@@ -30,6 +30,9 @@ from tests.integration.conftest import running_server
 #   chatty        echo, after printing a 100,000-character line and two lines at once
 #   call          Y = the callee's Y for X (BLS; the callee is the CALLEE parameter), Y = X for
 #                 X = 0; a failed call is this request's error, with the call's message
+#   late_call     Y = X; execute starts a thread that calls the callee with a 1 s timeout and
+#                 writes how the call ended to <name>.late, and returns 0.2 s later (the call
+#                 outlives the batch it was made in)
 MODEL = """
 import json
 import os
@@ -65,8 +68,31 @@ class TritonPythonModel:
             print("a" * 100_000)
             print("one\\ntwo", flush=True)
 
+    def call_late(self, x):
+        call = pb_utils.InferenceRequest(
+            model_name=self.callee,
+            requested_output_names=["Y"],
+            inputs=[pb_utils.Tensor("X", x)],
+            timeout=1_000_000,
+        )
+        answer = call.exec()
+        ended = answer.error().message() if answer.has_error() else "answered"
+        with open(self.started.replace(".started", ".late"), "a") as late:
+            late.write(ended + "\\n")
+
     def execute(self, requests):
         open(self.started, "a").close()
+        if self.behaviour == "late_call":
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                threading.Thread(target=self.call_late, args=(x,)).start()
+            time.sleep(0.2)
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]
+                )
+                for r in requests
+            ]
         if self.behaviour == "hang":
             time.sleep(3600)
         if self.behaviour in ("never_final", "hang_stream"):
@@ -174,6 +200,7 @@ def root(tmp_path: Path) -> Path:
     write_model(repository, "ping", "call", callee="pong")
     write_model(repository, "pong", "call", callee="ping")
     write_model(repository, "caller", "call", callee="hang")
+    write_model(repository, "late_caller", "late_call", callee="hang")
     return tmp_path
 
 
@@ -379,6 +406,21 @@ def test_a_model_to_model_call_ends_with_its_callers_deadline(root: Path) -> Non
             # next request, which calls nobody, is answered.
             result = triton.infer("caller", x_input(0), client_timeout=10)
             assert result.as_numpy("Y").tolist() == [0]
+        assert_echo(server.url)
+
+
+def test_a_model_to_model_call_that_outlives_its_batch_still_ends_with_its_timeout(
+    root: Path,
+) -> None:
+    # late_caller -> hang, from a thread of late_caller's, with a 1 s timeout: the batch that
+    # made the call is answered first, and nothing of the server's waits on the call any more.
+    with serve(root, "echo", "late_caller", "hang", exit_timeout_s=2) as server:
+        with grpcclient.InferenceServerClient(server.url) as triton:
+            result = triton.infer("late_caller", x_input(), client_timeout=10)
+            assert result.as_numpy("Y").tolist() == [7]
+            late = root / "late_caller.late"
+            wait_for(lambda: late.exists() and late.read_text(), "the late call's end", 15)
+            assert "passed its deadline" in late.read_text(), late.read_text()
         assert_echo(server.url)
 
 

@@ -6,6 +6,7 @@ decoupled "repeat" model streaming one response per input element on ModelStream
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,39 @@ def test_an_async_bls_call_to_a_missing_model_fails_the_request_naming_it(
         call_bls(bls_server.url, "bls_async", x, target=MISSING)
     assert str(raised.value.status()) == "StatusCode.INTERNAL", raised.value
     assert call_bls(bls_server.url, "bls_async", x).shape == x.shape
+
+
+def call_text(url: str, texts: list[bytes]) -> tuple[list[bytes], str]:
+    """``bls_text``'s answer to ``texts``: its TEXT_OUT, and the parameters text_upper saw."""
+    with grpcclient.InferenceServerClient(url) as client:
+        text = grpcclient.InferInput("TEXT", [len(texts)], "BYTES")
+        text.set_data_from_numpy(np.array(texts, dtype=object))
+        result = client.infer("bls_text", [text])
+        parameters = result.as_numpy("PARAMETERS")
+        return list(result.as_numpy("TEXT_OUT")), parameters[0].decode() if len(parameters) else ""
+
+
+def test_a_bls_call_carries_bytes_and_parameters_to_a_python_model(
+    bls_server: ServerProcess,
+) -> None:
+    texts = [b"abc", b"", "h\u00e9llo".encode(), b"x" * 5000]
+    answer, parameters = call_text(bls_server.url, texts)
+    assert answer == [t.upper() for t in texts]
+    # The called model sees the caller's parameters, typed, and not the call chain inferd adds.
+    assert json.loads(parameters) == {"k": 5, "flag": True, "s": "x"}
+
+
+def test_a_bls_call_that_outlives_its_execute_is_answered_and_the_model_serves_on(
+    bls_server: ServerProcess,
+) -> None:
+    # Each leave-open request starts a call from a thread execute does not wait for (Triton
+    # allows it): made while the batch runs, on the ring, and answered after the batch was (over
+    # the control channel), or made after it; either way it gets its answer, which the next such
+    # request reports.
+    seen = [call_text(bls_server.url, [b"leave-open"])[0][0] for _ in range(6)]
+    assert seen == [b"none"] + [b"LEAVE-OPEN"] * 5
+    answer, _ = call_text(bls_server.url, [b"after"])
+    assert answer == [b"AFTER"]
 
 
 def is_final(result: grpcclient.InferResult) -> bool:

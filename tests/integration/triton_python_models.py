@@ -11,6 +11,12 @@ serves.
 * ``bls_async``: ``async def execute`` sends three calls per request (``INPUT0``, ``+1``, ``+2``),
   all requests' calls at once through ``asyncio.gather`` of ``async_exec()``, and answers the sum
   of their ``OUTPUT0``; a failed call raises ``TritonModelException`` with the call's message.
+* ``text_upper``: ``TEXT_OUT`` = ``TEXT`` (BYTES [-1]) upper-cased, and ``PARAMETERS`` = the
+  request's ``parameters()`` (its JSON, as one BYTES element).
+* ``bls_text``: calls ``text_upper`` with its ``TEXT`` and the parameters ``{"k": 5, "flag":
+  true, "s": "x"}``, and answers the call's outputs. ``TEXT`` ``["leave-open"]``: the call is made
+  from a thread that ``execute`` does not wait for, and the answer is what the previous such
+  call got (``"none"`` for the first): its ``TEXT_OUT``, or ``"error: <message>"``.
 * ``repeat_int32`` (``decoupled: true``): for each request, one response per element of ``IN``
   (``OUT`` = the element, ``IDX`` = its index; ``DELAY`` [ms] waited before each), sent through
   ``request.get_response_sender()``, then the final flag alone; ``execute`` returns None.
@@ -112,6 +118,98 @@ class TritonPythonModel:
                 pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", total)])
             )
         return responses
+"""
+
+TEXT_UPPER_MODEL: Final = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            upper = np.array([t.upper() for t in text.reshape(-1)], dtype=object)
+            parameters = np.array([request.parameters().encode()], dtype=object)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("TEXT_OUT", upper.reshape(text.shape)),
+                        pb_utils.Tensor("PARAMETERS", parameters),
+                    ]
+                )
+            )
+        return responses
+"""
+
+BLS_TEXT_MODEL: Final = """\
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.thread = None
+        self.left_open = [np.array([b"none"], dtype=object)]
+
+    def call(self, text):
+        call = pb_utils.InferenceRequest(
+            model_name="text_upper",
+            requested_output_names=["TEXT_OUT", "PARAMETERS"],
+            inputs=[pb_utils.Tensor("TEXT", text)],
+            parameters={"k": 5, "flag": True, "s": "x"},
+        )
+        return call.exec()
+
+    def leave_open(self, text):
+        response = self.call(text)
+        if response.has_error():
+            got = np.array([("error: " + response.error().message()).encode()], dtype=object)
+        else:
+            got = pb_utils.get_output_tensor_by_name(response, "TEXT_OUT").as_numpy()
+        self.left_open.append(got)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            if text.reshape(-1)[0] == b"leave-open":
+                if self.thread is not None:
+                    self.thread.join(timeout=30)
+                previous = self.left_open[-1]
+                self.thread = threading.Thread(target=self.leave_open, args=(text,))
+                self.thread.start()
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[
+                            pb_utils.Tensor("TEXT_OUT", previous),
+                            pb_utils.Tensor("PARAMETERS", np.array([b""], dtype=object)),
+                        ]
+                    )
+                )
+                continue
+            response = self.call(text)
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=response.output_tensors())
+            )
+        return responses
+"""
+
+TEXT_CONFIG: Final = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] }} ]
+output [
+  {{ name: "TEXT_OUT" data_type: TYPE_STRING dims: [ -1 ] }},
+  {{ name: "PARAMETERS" data_type: TYPE_STRING dims: [ 1 ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 
 BLS_CONFIG: Final = """\
@@ -281,11 +379,14 @@ def write_python_model(model_dir: Path, model_py: str, config: str) -> None:
 
 
 def write_bls_repository(repository: Path) -> list[str]:
-    """``scale``, ``bls_sync`` and ``bls_async``; returns their names."""
+    """``scale``, ``bls_sync``, ``bls_async``, ``text_upper`` and ``bls_text``; returns their
+    names."""
     write_scale(repository / "scale")
     write_python_model(repository / "bls_sync", BLS_SYNC_MODEL, BLS_CONFIG)
     write_python_model(repository / "bls_async", BLS_ASYNC_MODEL, BLS_CONFIG)
-    return ["scale", "bls_sync", "bls_async"]
+    write_python_model(repository / "text_upper", TEXT_UPPER_MODEL, TEXT_CONFIG)
+    write_python_model(repository / "bls_text", BLS_TEXT_MODEL, TEXT_CONFIG)
+    return ["scale", "bls_sync", "bls_async", "text_upper", "bls_text"]
 
 
 def write_decoupled_repository(repository: Path) -> list[str]:

@@ -35,7 +35,12 @@ from inferd.core.native import (
     shown_message,
 )
 from inferd.core.policy import BatcherOptions, Padding, QueuePolicy
-from inferd.core.python_worker import CancellationFlag, PythonWorkerSession, WorkerRing
+from inferd.core.python_worker import (
+    CancellationFlag,
+    ModelCalls,
+    PythonWorkerSession,
+    WorkerRing,
+)
 from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
@@ -71,6 +76,7 @@ __all__ = [
     "GrpcServer",
     "HostBufferPool",
     "HttpServer",
+    "ModelCalls",
     "ModelScheduler",
     "ObservationQueue",
     "ObservedRequest",

@@ -9,3 +9,5 @@ import inferd._core as _core
 WorkerRing = _core.WorkerRing
 CancellationFlag = _core.CancellationFlag
 PythonWorkerSession = _core.PythonWorkerSession
+# Python models' calls to other models as the core routes them (cpp/include/inferd/model_calls.h).
+ModelCalls = _core.ModelCalls

@@ -36,7 +36,7 @@ import numpy as np
 import structlog
 
 from inferd import errors
-from inferd.core import PENDING, DecoupledResponses
+from inferd.core import PENDING, DecoupledResponses, ModelCalls
 from inferd.python_backend import pb_utils
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import (
@@ -113,6 +113,7 @@ class PythonBackendExecutor:
         start_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
         model_caller: ModelCaller | None = None,
+        model_calls: ModelCalls | None = None,
         health: InstanceHealth | None = None,
         abandon: threading.Event | None = None,
     ) -> None:
@@ -130,7 +131,11 @@ class PythonBackendExecutor:
             for output in json.loads(spec.model_config_json).get("output", [])
         }
         self._process = PythonModelProcess(
-            spec, model_caller, serving=self._serving, died=self._died_mid_batch
+            spec,
+            model_caller,
+            serving=self._serving,
+            died=self._died_mid_batch,
+            model_calls=model_calls,
         )
         # A model that is not decoupled is run by the core over its worker's ring: the core's
         # scheduler takes this session instead of calling execute_requests.

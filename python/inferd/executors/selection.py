@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.core import Executor, HostBufferPool
+from inferd.core import Executor, HostBufferPool, ModelCalls
 from inferd.executors.onnxruntime import (
     OnnxRuntimeExecutor,
     OnnxRuntimeOptions,
@@ -40,9 +40,11 @@ def create_executors(
     model_caller: ModelCaller | None = None,
     instance_health: Callable[[], InstanceHealth] | None = None,
     abandon: threading.Event | None = None,
+    model_calls: ModelCalls | None = None,
 ) -> list[Executor]:
     """One executor per placement; on failure, the ones already made are closed.
-    ``model_caller`` runs a python model's calls to other models (BLS); ``instance_health``
+    ``model_caller`` runs a python model's calls to other models (BLS) that ``model_calls``,
+    the core's router of them, has no route for; ``instance_health``
     gives each python instance the callback it reports its worker's restarts to; ``abandon``
     set (the load given up) stops a python model's initialize, its worker killed."""
     if config.backend != PYTHON_BACKEND and wants_tensorrt(config):
@@ -59,6 +61,7 @@ def create_executors(
                 [t.name for t in config.input],
                 [t.name for t in config.output],
                 model_caller=model_caller,
+                model_calls=model_calls,
                 health=None if instance_health is None else instance_health(),
                 abandon=abandon,
             )

@@ -47,6 +47,7 @@ from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
 
 if TYPE_CHECKING:
+    from inferd.core import ModelCalls
     from inferd.executors.python_backend import InstanceHealth
     from inferd.python_backend.bls import ModelCaller
 
@@ -119,6 +120,9 @@ class ModelVersionBuilder:
         # Runs python models' calls to other models (BLS); set by the server once its data
         # plane exists (None: such calls answer UNAVAILABLE).
         self.model_caller: ModelCaller | None = None
+        # The core's router of the same calls (BLS on a worker's ring): model_caller takes what
+        # it has no route for.
+        self.model_calls: ModelCalls | None = None
         # Told (model name, instance key, why it cannot serve or None) when a python model's
         # instance restarts its worker; keys are unique per instance built.
         self.instance_health: Callable[[str, int, str | None], None] | None = None
@@ -229,6 +233,7 @@ class ModelVersionBuilder:
             self.model_caller,
             self._health_callbacks(name),
             abandon,
+            self.model_calls,
         )
         try:
             # Before the version is ready: every instance runs the config's warm-up samples.

@@ -35,6 +35,7 @@ from inferd.models.serving import (
 from inferd.repository import ModelRepository, stated_readiness_required
 
 if TYPE_CHECKING:
+    from inferd.core import ModelCalls
     from inferd.python_backend.bls import ModelCaller
 
 # The states and readiness rules are ``serving``'s; their callers import them from here too.
@@ -105,11 +106,18 @@ class ModelRegistry:
         self._listeners: list[Callable[[], None]] = []
         self._load_failure_listeners: list[Callable[[str], None]] = []
 
-    def serve_python_models(self, caller: ModelCaller, loop: asyncio.AbstractEventLoop) -> None:
-        """Python models built from now on call other models (BLS) through ``caller``, and
-        their instances' worker restarts (reported on any thread) change readiness on ``loop``:
-        the model is not ready while one of its instances restarts."""
+    def serve_python_models(
+        self,
+        caller: ModelCaller,
+        loop: asyncio.AbstractEventLoop,
+        calls: ModelCalls | None = None,
+    ) -> None:
+        """Python models built from now on call other models (BLS) through ``calls``, the
+        core's router, and ``caller`` for what it has no route for; their instances' worker
+        restarts (reported on any thread) change readiness on ``loop``: the model is not ready
+        while one of its instances restarts."""
         self._builder.model_caller = caller
+        self._builder.model_calls = calls
         self._loop = loop
         self._builder.instance_health = self._instance_health
 

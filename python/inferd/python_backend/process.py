@@ -53,11 +53,11 @@ import numpy as np
 import structlog
 
 from inferd import errors
-from inferd.core import CancellationFlag, PythonWorkerSession, WorkerRing
+from inferd.core import CancellationFlag, ModelCalls, PythonWorkerSession, WorkerRing
 from inferd.datatypes import DATATYPES
 from inferd.python_backend import ipc
-from inferd.python_backend.bls import ModelCaller
-from inferd.python_backend.calls import CallRelay
+from inferd.python_backend.bls import ModelCall, ModelCaller, call_chain
+from inferd.python_backend.calls import CallDone, CallRelay
 from inferd.python_backend.model_config import python_of
 from inferd.python_backend.open_batches import DecoupledAnswers, OpenBatch, request_ended
 from inferd.python_backend.spawn import forward_output, kill_group, launch, wait_exited
@@ -157,6 +157,40 @@ def _session_of(process: PythonModelProcess, spec: WorkerSpec) -> PythonWorkerSe
             raise errors.Unavailable(f"{spec.describe()} is gone")
         raise alive._session_died()
 
+    def call_unrouted(
+        model: str,
+        version: int,
+        request_id: str,
+        parameters: dict[str, bool | int | str],
+        chain: list[str],
+        requested: list[str],
+        timeout_us: int,
+        inputs: list[tuple[str, Any]],
+        done: CallDone,
+    ) -> None:
+        alive = handle()
+        if alive is None:
+            done(None, int(errors.ErrorCode.UNAVAILABLE), f"{spec.describe()} is gone")
+            return
+        call = ModelCall(
+            model=model,
+            version=version,
+            inputs={name: np.array(array, copy=True) for name, array in inputs},
+            requested_output_names=requested,
+            request_id=request_id,
+            parameters=json.dumps(parameters),
+            timeout_us=timeout_us,
+            chain=call_chain([chain], spec.model_name),
+        )
+        alive._calls.run(call, done)
+
+    def call_answered_late(
+        number: int, outputs: list[tuple[str, Any]] | None, code: int, message: str
+    ) -> None:
+        alive = handle()
+        if alive is not None:
+            alive._calls.answer_late(alive._channel, number, outputs, code, message)
+
     config = json.loads(spec.model_config_json)
     input_names, input_types = _tensors(config, "input")
     output_names, output_types = _tensors(config, "output")
@@ -169,6 +203,8 @@ def _session_of(process: PythonModelProcess, spec: WorkerSpec) -> PythonWorkerSe
         output_types,
         ensure_serving,
         died,
+        call_unrouted,
+        call_answered_late,
     )
 
 
@@ -228,6 +264,7 @@ class PythonModelProcess:
         *,
         serving: Serving | None = None,
         died: Died | None = None,
+        model_calls: ModelCalls | None = None,
     ) -> None:
         self._spec = spec
         self._decoupled = spec.decoupled
@@ -253,6 +290,8 @@ class PythonModelProcess:
         self.session: PythonWorkerSession | None = (
             None if self._decoupled else _session_of(self, spec)
         )
+        if self.session is not None and model_calls is not None:
+            self.session.set_model_calls(model_calls)
 
     @property
     def pid(self) -> int | None:

@@ -70,8 +70,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from inferd.errors import ErrorCode
 from inferd.python_backend import ipc, pb_utils
-from inferd.python_backend.bls import call_chain, split_chain
+from inferd.python_backend.bls import DEFAULT_CALL_TIMEOUT_S, call_chain, split_chain
 from inferd.python_backend.worker_requests import BatchCancellation, PendingCalls, ResponseSender
 
 
@@ -392,15 +393,43 @@ class ModelWorker:
                 "InferenceRequest.exec(decoupled=True) is not supported by inferd: BLS calls "
                 "models that answer once per request"
             )
+        chain = list(call_chain(self._batch_chains, self._options.model)[:-1])
+        timeout_us = max(int(request.timeout()), 0)
+        deadline = time.monotonic() + (timeout_us / 1e6 if timeout_us else DEFAULT_CALL_TIMEOUT_S)
+        call_id, answer = self.calls.open()
+        if self._ring is not None:
+            try:
+                answered = self._call_on_ring(call_id, request, chain)
+            except BaseException:
+                self.calls.forget(call_id)
+                raise
+            if isinstance(answered, pb_utils.InferenceResponse):
+                self.calls.forget(call_id)
+                return answered
+            if answered:  # its batch was answered first: the answer comes on the channel
+                # Its timeout is kept here: no batch of the server's watches it any more.
+                try:
+                    late = answer.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except queue.Empty:
+                    self.calls.forget(call_id)
+                    return pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(
+                            f"model-to-model call to {request.model_name()!r} passed its deadline"
+                        )
+                    )
+                return self._channel_answer(*late)
+        # Outside a batch (initialize, a thread of the model's between batches), or a worker
+        # without a ring: over the control channel.
         message: ipc.Message = {
             "type": "bls",
+            "id": call_id,
             "model": request.model_name(),
             "version": request.model_version(),
             "requested_output_names": request.requested_output_names(),
             "request_id": request.request_id(),
             "parameters": request.parameters(),
             "timeout": request.timeout(),
-            "chain": list(call_chain(self._batch_chains, self._options.model)[:-1]),
+            "chain": chain,
         }
         try:
             tensors = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
@@ -408,21 +437,64 @@ class ModelWorker:
                 f"inferd-bls-{self._options.instance}", message, "inputs", tensors
             )
         except (TypeError, ValueError) as error:
+            self.calls.forget(call_id)
             raise pb_utils.TritonModelException(str(error)) from error
-        call_id, answer = self.calls.open()
-        placed.message["id"] = call_id
         with placed:
             self.send(placed.message, placed.fds)
-        reply, reply_fds = answer.get()
+        return self._channel_answer(*answer.get())
+
+    @staticmethod
+    def _channel_answer(reply: ipc.Message, fds: list[int]) -> pb_utils.InferenceResponse:
+        """A call's answer as the control channel brought it."""
         if "error" in reply:
-            for fd in reply_fds:
+            for fd in fds:
                 os.close(fd)
             code = _TRITON_CODES.get(str(reply.get("code")), pb_utils.TritonError.INTERNAL)
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(reply["error"]), code))
         output_refs = [ipc.TensorRef.from_message(m) for m in reply["outputs"]]
-        outputs = ipc.copy_out(reply, reply_fds, output_refs)
+        outputs = ipc.copy_out(reply, fds, output_refs)
         return pb_utils.InferenceResponse(
             output_tensors=[pb_utils.Tensor(ref.name, outputs[ref.name]) for ref in output_refs]
+        )
+
+    def _call_on_ring(
+        self, call_id: int, request: pb_utils.InferenceRequest, chain: list[str]
+    ) -> pb_utils.InferenceResponse | bool:
+        """A BLS call on the ring, routed by the server's core: its answer; True when the answer
+        comes on the control channel (its batch was answered first); False between batches (it
+        was not sent)."""
+        try:
+            parameters = json.loads(request.parameters() or "{}")
+            if not isinstance(parameters, dict):
+                raise ValueError("request parameters must be a JSON object")
+            inputs = [(t.name(), np.asarray(t.as_numpy())) for t in request.inputs()]
+            answer = self._ring.call(
+                call_id,
+                request.model_name(),
+                request.model_version(),
+                request.request_id(),
+                list(parameters.items()),
+                chain,
+                request.requested_output_names(),
+                max(int(request.timeout()), 0),
+                inputs,
+            )
+        except (TypeError, ValueError) as error:
+            raise pb_utils.TritonModelException(str(error)) from error
+        if answer is None:
+            return False
+        outputs, code, message = answer
+        if outputs is None and code == 0:
+            return True
+        if code != 0:
+            try:
+                name = ErrorCode(code).name
+            except ValueError:
+                name = "INTERNAL"
+            triton_code = _TRITON_CODES.get(name, pb_utils.TritonError.INTERNAL)
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, triton_code))
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(name, array) for name, array in outputs]
         )
 
     @staticmethod

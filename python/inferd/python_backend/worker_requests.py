@@ -53,6 +53,11 @@ class PendingCalls:
             self._waiting[call_id] = slot
             return call_id, slot
 
+    def forget(self, call_id: int) -> None:
+        """The call was answered another way (the ring): nobody waits for ``call_id`` here."""
+        with self._lock:
+            self._waiting.pop(call_id, None)
+
     def answer(self, message: ipc.Message, fds: list[int]) -> None:
         with self._lock:
             slot = self._waiting.pop(int(message.get("id", 0)), None)

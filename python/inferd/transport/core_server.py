@@ -30,7 +30,13 @@ import structlog
 from google.protobuf.message import DecodeError
 
 import inferd._proto.grpc_service_pb2 as pb
-from inferd.core import GrpcServer, ObservationQueue, SharedMemoryRegistry, TraceSampling
+from inferd.core import (
+    GrpcServer,
+    ModelCalls,
+    ObservationQueue,
+    SharedMemoryRegistry,
+    TraceSampling,
+)
 from inferd.dataplane import DataPlane
 from inferd.errors import ErrorCode
 from inferd.observability.telemetry import Telemetry
@@ -284,6 +290,11 @@ class CoreGrpcServer:
     def core(self) -> GrpcServer:
         """The core's server, which the HTTP server shares its snapshot and backend with."""
         return self._server
+
+    def serve_model_calls(self, calls: ModelCalls) -> None:
+        """Python models' calls (BLS) are routed by this server's serving snapshot from here
+        on, as its clients' requests are."""
+        self._server.serve_model_calls(calls)
 
     def publish(
         self,
