@@ -249,19 +249,30 @@ bool WorkerRing::receive(Message* message) {
   return true;
 }
 
-WorkerRing::Wait WorkerRing::wait(int timeout_ms, int also) {
+WorkerRing::Wait WorkerRing::wait(int timeout_ms, int also, std::chrono::microseconds spin) {
   SlotQueue& queue = inbound();
   auto pending = [&queue] {
     return queue.tail.load(std::memory_order_seq_cst) != queue.head.load(std::memory_order_relaxed);
   };
   if (pending()) return Wait::kMessage;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (spin.count() > 0 && timeout_ms != 0) {
+    auto until = std::chrono::steady_clock::now() + spin;
+    if (timeout_ms > 0) until = std::min(until, deadline);
+    for (uint32_t round = 1;; ++round) {
+      if (pending()) return Wait::kMessage;
+      if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
   queue.sleeping.store(1, std::memory_order_seq_cst);
   if (pending()) {
     queue.sleeping.store(0, std::memory_order_relaxed);
     return Wait::kMessage;
   }
   pollfd fds[2] = {{inbound_bell().fd(), POLLIN, 0}, {also, POLLIN, 0}};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   int ready = 0;
   while (true) {
     int wait_ms = timeout_ms;

@@ -108,6 +108,34 @@ TEST(WorkerRing, WaitEndsOnASendFromAnotherThreadAndOnWake) {
   waker.join();
 }
 
+TEST(WorkerRing, ASpinningWaitTakesAMessageAwakeAndMissesNoWake) {
+  WorkerRing server = WorkerRing::create("test");
+  WorkerRing worker = worker_end(server);
+  const auto long_spin = std::chrono::microseconds(2'000'000);
+  std::thread sender([&worker] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    worker.send(message_of(MessageKind::kResult, 1));
+  });
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.wait(5000, -1, long_spin), WorkerRing::Wait::kMessage);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(1500));  // not the spin's end
+  sender.join();
+  Message got;
+  ASSERT_TRUE(server.receive(&got));
+  // A wake() while it spins (no doorbell wait yet) still ends the wait once it sleeps.
+  std::thread waker([&server] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server.wake();
+  });
+  EXPECT_EQ(server.wait(5000, -1, std::chrono::microseconds(100'000)), WorkerRing::Wait::kWoken);
+  waker.join();
+  // A spin longer than the timeout ends with it; a timeout of 0 means no spin.
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.wait(10, -1, long_spin), WorkerRing::Wait::kTimeout);
+  EXPECT_EQ(server.wait(0, -1, long_spin), WorkerRing::Wait::kTimeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(1000));
+}
+
 TEST(WorkerRing, WaitSeesAnotherDescriptor) {
   WorkerRing server = WorkerRing::create("test");
   int pipe_fds[2];

@@ -47,6 +47,8 @@ struct PythonWorkerOptions {
   std::vector<DataType> output_types;
   // How often a waiting batch writes its requests' cancellation flags and looks at the worker.
   std::chrono::milliseconds poll_interval{50};
+  // How long a batch of one request looks for its answer awake before sleeping on the doorbell.
+  std::chrono::microseconds spin{60};
 };
 
 // One instance of a Triton python-backend model whose worker process serves batches over a

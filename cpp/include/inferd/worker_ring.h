@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -194,8 +195,9 @@ class WorkerRing {
   bool receive(Message* message);
   // Blocks until an inbound message is in (not taken), `also` is readable (a descriptor of the
   // caller's: a pidfd, a socket; -1 for none), or `timeout_ms` passes (-1: no limit). EINTR is
-  // retried.
-  Wait wait(int timeout_ms, int also = -1);
+  // retried. `spin`: how long to look at the queue first, awake, before sleeping on the doorbell
+  // (an answer due within microseconds then costs the sender no write and this side no wake-up).
+  Wait wait(int timeout_ms, int also = -1, std::chrono::microseconds spin = std::chrono::microseconds{0});
   // Ends a wait() of this end from another thread: it returns kWoken (or kMessage if one is in).
   void wake() const;
 
