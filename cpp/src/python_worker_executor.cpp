@@ -357,8 +357,10 @@ Status PythonWorkerExecutor::await_result(Link& link, const std::vector<WorkerRe
       std::lock_guard<std::mutex> lock(calls.answered->mutex);
       if (!calls.answered->answers.empty()) continue;  // a cancel above answered at once
     }
-    // A batch of one is what an idle server runs: its answer is looked for awake a moment first.
-    const std::chrono::microseconds spin = requests.size() == 1 ? options_.spin : std::chrono::microseconds{0};
+    // A batch of one is what an idle server runs: its answer is looked for awake a moment first;
+    // not while a call is in flight (its answer comes from the core, with a wake()).
+    const bool spins = requests.size() == 1 && calls.in_flight.empty();
+    const std::chrono::microseconds spin = spins ? options_.spin : std::chrono::microseconds{0};
     if (link.ring->wait(static_cast<int>(std::max<int64_t>(wait.count(), 0)), link.pidfd, spin) ==
         worker::WorkerRing::Wait::kOther) {
       *exited = true;
