@@ -23,9 +23,10 @@ help:
 	@echo "make test-asan-python  every Python test against an AddressSanitizer build of the core"
 	@echo "make lint           ruff, ruff format --check, mypy --strict, vulture (dead code), clang-format"
 	@echo "make fuzz           libFuzzer (ASan + UBSan) on the request parser, builder and writer for FUZZ_SECONDS (600),"
-	@echo "                    the HTTP codec for FUZZ_HTTP_SECONDS (300), then fuzz-live"
-	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (40), FUZZ_CI_HTTP_SECONDS (20) and"
-	@echo "                    FUZZ_CI_ACCESS_SECONDS (20): what CI runs"
+	@echo "                    the HTTP codec for FUZZ_HTTP_SECONDS (300), the access policy, the worker ring's"
+	@echo "                    descriptions for FUZZ_WORKER_SECONDS (120), then fuzz-live"
+	@echo "make fuzz-ci        libFuzzer alone, bounded to FUZZ_CI_SECONDS (40), FUZZ_CI_HTTP_SECONDS (20),"
+	@echo "                    FUZZ_CI_ACCESS_SECONDS (20) and FUZZ_CI_WORKER_SECONDS (10): what CI runs"
 	@echo "make fuzz-live      hypothesis against a live server, FUZZ_LIVE_EXAMPLES (5000) examples per test"
 	@echo "make bench          benchmarks/run.py: floor, naive server, inferd with and without batching (~15 min)"
 	@echo "make bench-shm      benchmarks/shared_memory.py: raw bytes vs system shared memory, 64 KiB-16 MiB (5-15 min)"
@@ -144,6 +145,12 @@ FUZZ_CI_ACCESS_SECONDS ?= 20
 FUZZ_ACCESS_RUN = $(FUZZ_BUILD)/access_policy_fuzzer -max_len=512 -timeout=10 -rss_limit_mb=2048 \
 	-dict=cpp/fuzz/access_policy.dict -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/access- $(FUZZ_ARGS)
 FUZZ_ACCESS_CORPORA = $(FUZZ_BUILD)/access-corpus $(FUZZ_BUILD)/access-seeds
+# The worker ring's descriptions (issue 28: the worker's answers and calls, the server's batches
+# and call answers; see worker_messages_fuzzer.cpp): no seeds, the format is small.
+FUZZ_WORKER_SECONDS ?= 120
+FUZZ_CI_WORKER_SECONDS ?= 10
+FUZZ_WORKER_RUN = $(FUZZ_BUILD)/worker_messages_fuzzer -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/worker- $(FUZZ_ARGS)
 SERVED_METHODS := $(addprefix /inference.GRPCInferenceService/,ServerLive ServerReady ModelReady ServerMetadata \
 	ModelMetadata ModelInfer ModelStreamInfer ModelConfig ModelStatistics RepositoryIndex RepositoryModelLoad \
 	RepositoryModelUnload SystemSharedMemoryStatus SystemSharedMemoryRegister SystemSharedMemoryUnregister \
@@ -160,18 +167,20 @@ fuzz-deps:
 
 fuzz-build: setup fuzz-deps
 	cmake -S . -B $(FUZZ_BUILD) -DINFERD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-$(FUZZ_CLANG) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target infer_request_fuzzer http_request_fuzzer access_policy_fuzzer
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target infer_request_fuzzer http_request_fuzzer access_policy_fuzzer \
+	  worker_messages_fuzzer
 	rm -rf $(FUZZ_BUILD)/seeds && $(PY) cpp/fuzz/make_corpus.py $(FUZZ_BUILD)/seeds
 	rm -rf $(FUZZ_BUILD)/http-seeds && $(PY) cpp/fuzz/make_http_corpus.py $(FUZZ_BUILD)/http-seeds
 	rm -rf $(FUZZ_BUILD)/access-seeds && mkdir -p $(FUZZ_BUILD)/access-seeds $(FUZZ_BUILD)/access-corpus
 	i=0; for m in $(SERVED_METHODS); do i=$$((i+1)); \
 	  printf '%s\000\000' "$$m" >$(FUZZ_BUILD)/access-seeds/$$i-unix; printf '%s\000\001' "$$m" >$(FUZZ_BUILD)/access-seeds/$$i-tcp; done
-	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http-corpus $(FUZZ_BUILD)/artifacts
+	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/http-corpus $(FUZZ_BUILD)/worker-corpus $(FUZZ_BUILD)/artifacts
 
 fuzz: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_SECONDS) $(FUZZ_CORPORA)
 	$(FUZZ_HTTP_RUN) -max_total_time=$(FUZZ_HTTP_SECONDS) $(FUZZ_HTTP_CORPORA)
 	$(FUZZ_ACCESS_RUN) -max_total_time=$(FUZZ_ACCESS_SECONDS) $(FUZZ_ACCESS_CORPORA)
+	$(FUZZ_WORKER_RUN) -max_total_time=$(FUZZ_WORKER_SECONDS) $(FUZZ_BUILD)/worker-corpus
 	$(MAKE) fuzz-live
 
 # hypothesis against a live server (tests/integration/test_fuzz_live_server.py): arbitrary
@@ -188,6 +197,7 @@ fuzz-ci: fuzz-build
 	$(FUZZ_RUN) -max_total_time=$(FUZZ_CI_SECONDS) $(FUZZ_CORPORA)
 	$(FUZZ_HTTP_RUN) -max_total_time=$(FUZZ_CI_HTTP_SECONDS) $(FUZZ_HTTP_CORPORA)
 	$(FUZZ_ACCESS_RUN) -max_total_time=$(FUZZ_CI_ACCESS_SECONDS) $(FUZZ_ACCESS_CORPORA)
+	$(FUZZ_WORKER_RUN) -max_total_time=$(FUZZ_CI_WORKER_SECONDS) $(FUZZ_BUILD)/worker-corpus
 
 bench: examples
 	$(PY) benchmarks/run.py --python $(PY) --repository $(EXAMPLES)
