@@ -274,7 +274,6 @@ class PythonModelProcess:
         self._channel: ipc.Channel | None = None
         self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] | None = None
         self._inputs: ipc.ArenaWriter | None = None
-        self._outputs: ipc.ArenaReader | None = None
         self._start_timeout_s = 60.0
         # A decoupled model's batch whose execute runs, and every batch with a request still
         # open, by number (the worker's messages name theirs): under _open_lock.
@@ -397,7 +396,6 @@ class PythonModelProcess:
             daemon=True,
         ).start()
         self._inputs = ipc.ArenaWriter(f"inferd-inputs-{self._spec.instance_name}")
-        self._outputs = ipc.ArenaReader()
         try:
             self._send({"type": "initialize", "args": self._spec.initialize_args()})
             message = self._receive(time.monotonic() + timeout_s, abandon)
@@ -460,7 +458,7 @@ class PythonModelProcess:
         """
         with self._lock:
             channel = self._channel
-            if channel is None or self._inputs is None or self._outputs is None:
+            if channel is None or self._inputs is None:
                 raise errors.Unavailable(f"{self._spec.describe()} is not running")
             message, fds = self._batch_message(requests)
             self._batch_id += 1
@@ -706,14 +704,15 @@ class PythonModelProcess:
     def _receive(
         self, deadline: float | None, abandon: threading.Event | None = None
     ) -> ipc.Message:
-        """The worker's next message of the batch protocol (a new output arena adopted).
+        """The worker's next message of its start and stop (``ready``, ``stopped``...); none
+        carries descriptors.
 
         Raises ``WorkerDied`` when the worker ends first, ``TimeoutError`` at ``deadline`` and
         ``errors.Cancelled`` once ``abandon`` is set.
         """
         message, fds = self._receive_message(deadline, abandon)
-        assert self._outputs is not None
-        self._outputs.adopt(message, fds)
+        for fd in fds:
+            os.close(fd)
         return message
 
     def _receive_message(
@@ -886,11 +885,9 @@ class PythonModelProcess:
             # The reader thread sees the end and closes the channel itself.
             with contextlib.suppress(OSError):
                 self._channel.socket.shutdown(socket.SHUT_RDWR)
-        for closeable in (self._inputs, self._outputs):
-            if closeable is not None:
-                closeable.close()
+        if self._inputs is not None:
+            self._inputs.close()
         self._channel = None
         self._inbox = None
         self._inputs = None
-        self._outputs = None
         self._process = None

@@ -26,9 +26,11 @@ in a shared-memory arena of their own, since several may be in flight), the fina
 ``execute`` returns None; a batch is over for the parent once ``execute`` has returned and every
 request has sent its final flag (from ``execute`` or from a thread of the model's own).
 
-Model-to-model calls (BLS, ``InferenceRequest.exec``/``async_exec``): a ``bls`` message with the
-inputs in an arena of their own; the parent runs the request on the named model through the
-core's scheduler and answers ``bls_result``. ``request.is_cancelled()`` and the response
+Model-to-model calls (BLS, ``InferenceRequest.exec``/``async_exec``): made while a ring's batch
+runs, they go on the ring (``WorkerLoop.call``; the parent's core routes them) and an answer that
+comes after the batch was answered comes as ``bls_result``; otherwise a ``bls`` message with the
+inputs in an arena of their own, which the parent runs on the named model through the core's
+scheduler and answers ``bls_result``. ``request.is_cancelled()`` and the response
 sender's ask the same way (``is_cancelled``, answered ``cancelled``). A reader thread receives
 every message, so that calls made from execute (and several at once from ``async_exec``) get
 their answers while the main thread is inside model code.
@@ -159,7 +161,6 @@ class ModelWorker:
         self._channel = channel
         self._send_lock = threading.Lock()  # the model may log from threads of its own
         self._inputs = ipc.ArenaReader()
-        self._outputs = ipc.ArenaWriter(f"inferd-outputs-{options.instance}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ring: Any = None  # inferd._worker.WorkerLoop, serving the batch ring
         self._model: Any = None
@@ -258,7 +259,8 @@ class ModelWorker:
             kind = message.get("type")
             if kind == "stop":
                 return
-            if kind != "execute" or self._ring is not None:
+            # Only a decoupled model's batches come here; the others' come on the ring.
+            if kind != "execute" or self._ring is not None or not self._decoupled:
                 raise ValueError(f"unknown control message {kind!r}")
             self._inputs.adopt(message, fds)
             self._execute(int(message.get("batch", 0)), list(message["requests"]))
@@ -303,20 +305,7 @@ class ModelWorker:
         cancellation = BatchCancellation(self, batch, len(requests))
         for index, request in enumerate(requests):
             request._attach_cancellation(functools.partial(cancellation.ask, index))
-        if self._decoupled:
-            self._execute_decoupled(requests, wire_requests, cancellation)
-            return
-        try:
-            responses = self._await(self._model.execute(requests))
-            self._check_responses(responses, len(requests))
-        except Exception as error:
-            traceback.print_exc()
-            with cancellation.closing(range(len(requests))):
-                self._reply_all_failed(len(requests), _describe(error))
-            return
-        assert isinstance(responses, list | tuple)
-        with cancellation.closing(range(len(requests))):
-            self._reply(list(responses), wire_requests)
+        self._execute_decoupled(requests, wire_requests, cancellation)
 
     def _execute_decoupled(
         self,
@@ -497,24 +486,6 @@ class ModelWorker:
             output_tensors=[pb_utils.Tensor(name, array) for name, array in outputs]
         )
 
-    @staticmethod
-    def _check_responses(responses: object, expected: int) -> None:
-        if not isinstance(responses, list | tuple):
-            raise pb_utils.TritonModelException(
-                f"execute must return a list of InferenceResponse, got {type(responses).__name__}"
-            )
-        if len(responses) != expected:
-            raise pb_utils.TritonModelException(
-                f"execute returned {len(responses)} responses for {expected} requests: "
-                "it must return one InferenceResponse per request, in order"
-            )
-        for index, response in enumerate(responses):
-            if not isinstance(response, pb_utils.InferenceResponse):
-                raise pb_utils.TritonModelException(
-                    f"execute returned a {type(response).__name__} at position {index}, "
-                    "not an InferenceResponse"
-                )
-
     def _ring_request(
         self,
         index: int,
@@ -573,42 +544,6 @@ class ModelWorker:
             timeout=int(wire.get("timeout", 0)),
             parameters=parameters,
         )
-
-    def _reply_all_failed(self, count: int, message: str) -> None:
-        self.send({"type": "result", "responses": [{"error": message}] * count})
-
-    def _reply(self, responses: list[Any], wire_requests: list[ipc.Message]) -> None:
-        answers: list[ipc.Message] = []
-        placed: list[tuple[str, npt.NDArray[Any]]] = []
-        spans: list[tuple[int, int]] = []  # per successful response: its outputs in `placed`
-        for response, wire in zip(responses, wire_requests, strict=True):
-            if response.has_error():
-                answers.append({"error": str(response.error().message())})
-                continue
-            try:
-                outputs = _outputs_of(response, list(wire["requested_output_names"]))
-            except (TypeError, ValueError) as error:
-                answers.append({"error": str(error)})
-                continue
-            spans.append((len(placed), len(placed) + len(outputs)))
-            placed.extend(outputs)
-            answers.append({"outputs": []})
-        try:
-            refs, replaced = self._outputs.place(placed)
-        except (TypeError, ValueError) as error:
-            self._reply_all_failed(len(responses), str(error))
-            return
-        ok = iter(spans)
-        for answer in answers:
-            if "outputs" in answer:
-                start, end = next(ok)
-                answer["outputs"] = [ref.to_message() for ref in refs[start:end]]
-        message: ipc.Message = {"type": "result", "responses": answers}
-        if replaced is None:
-            self.send(message)
-        else:
-            message["arena_size"] = replaced.size
-            self.send(message, (replaced.fd,))
 
     def _finalize(self) -> str | None:
         """Calls the model's finalize; its failure's text, or None."""
