@@ -443,6 +443,32 @@ def test_a_16_mb_tensor_crosses_the_ring_with_no_control_message(
     assert frames == []
 
 
+def test_a_small_tensor_message_carries_its_tensors_inline_and_a_big_one_in_an_arena() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sender, receiver = ipc.Channel(left), ipc.Channel(right)
+    try:
+        small = np.arange(12, dtype=np.float32).reshape(3, 4)
+        text = np.array([[b"a", "\u00e9".encode()]], dtype=np.object_)
+        big = np.ones(ipc.INLINE_MAX_BYTES // 4 + 1, dtype=np.float32)
+        for tensors, inline in (([("X", small), ("T", text)], True), ([("B", big)], False)):
+            with ipc.TensorMessage("test", {"type": "response"}, "outputs", tensors) as placed:
+                assert (placed.payload != b"") == inline and (placed.fds == ()) == inline
+                sender.send(placed.message, placed.fds, placed.payload)
+                # A message and the next one, read as one stream: nothing of the first is left
+                # for the second.
+                sender.send({"type": "next"})
+            received, fds = receiver.receive()
+            refs = [ipc.TensorRef.from_message(m) for m in received["outputs"]]
+            got = ipc.copy_out(received, fds, refs)
+            for name, array in tensors:
+                assert got[name].shape == array.shape and got[name].tolist() == array.tolist()
+                assert got[name].flags.writeable
+            assert receiver.receive()[0] == {"type": "next"}
+    finally:
+        sender.close()
+        receiver.close()
+
+
 def test_arenas_carry_tensors_zero_copy_and_messages_only_metadata() -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sender, receiver = ipc.Channel(left), ipc.Channel(right)

@@ -217,4 +217,4 @@ class CallRelay:
         with placed, contextlib.suppress(OSError):  # OSError: the worker is gone
             if channel is not None:
                 with self._send_lock:
-                    channel.send(placed.message, placed.fds)
+                    channel.send(placed.message, placed.fds, placed.payload)

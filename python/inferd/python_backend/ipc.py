@@ -8,7 +8,10 @@ Two channels:
   may carry file descriptors (SCM_RIGHTS): that is how a shared-memory arena reaches the other
   side.
 * Tensor bytes live in shared memory: an ``Arena`` is a memfd (``os.memfd_create``) mapped by
-  both processes. They never cross the socket and are never pickled.
+  both processes. They are never pickled. The exception is a ``TensorMessage``'s tensors
+  (a streamed response, a BLS call or its answer) of at most ``INLINE_MAX_BYTES`` together: they
+  follow the message's JSON on the socket, raw (the message says how many bytes: ``inline``), a
+  memfd of their own costing more than the copy.
 
 Ownership (one batch in flight per worker, so no arena is ever written by two processes):
 
@@ -49,6 +52,10 @@ _MAX_FDS: Final = 4
 _MAX_MESSAGE_BYTES: Final = 64 << 20
 _ALIGNMENT: Final = 64  # each tensor starts on a cache line
 _MIN_ARENA_BYTES: Final = 1 << 20
+# A TensorMessage whose tensors take at most this many bytes carries them inline.
+INLINE_MAX_BYTES: Final = 256 << 10
+# Where a received message keeps the bytes that followed it (not JSON: never sent as a key).
+_INLINE_KEY: Final = "_inline"
 
 Message = dict[str, Any]
 
@@ -86,12 +93,18 @@ class Channel:
     def socket(self) -> socket.socket:
         return self._sock
 
-    def send(self, message: Message, fds: tuple[int, ...] = ()) -> None:
+    def send(self, message: Message, fds: tuple[int, ...] = (), payload: bytes = b"") -> None:
+        """Sends ``message`` with ``fds``, and ``payload``'s bytes right after it (the receiver
+        finds them under the message's ``_inline`` key)."""
         if fds:
             # The count tells the receiver which descriptors are this message's: one recv may
             # return the end of an earlier frame together with this one's first bytes.
             message = {**message, "fds": len(fds)}
+        if payload:
+            message = {**message, "inline": len(payload)}
         frame = encode_message(message)
+        if payload:
+            frame += payload
         if fds:
             # The descriptors travel with the frame's first bytes; the rest follows as a stream.
             sent = socket.send_fds(self._sock, [frame], list(fds))
@@ -118,10 +131,19 @@ class Channel:
                 if length > _MAX_MESSAGE_BYTES:
                     raise ValueError(f"control message of {length} bytes: the stream is corrupt")
                 end = _LENGTH.size + length
+                message = None
                 if len(self._buffer) >= end:
-                    body = bytes(self._buffer[_LENGTH.size : end])
+                    message = decode_message(bytes(self._buffer[_LENGTH.size : end]))
+                    inline = int(message.pop("inline", 0))
+                    if not 0 <= inline <= _MAX_MESSAGE_BYTES:
+                        raise ValueError(f"a message announced {inline} inline bytes")
+                    if len(self._buffer) < end + inline:
+                        message = None  # its bytes are still on their way
+                    elif inline:
+                        message[_INLINE_KEY] = bytes(self._buffer[end : end + inline])
+                        end += inline
+                if message is not None:
                     del self._buffer[:end]
-                    message = decode_message(body)
                     # A frame's descriptors arrive with its first bytes, so they are queued by
                     # the time the frame is whole, after those of the frames before it.
                     count = int(message.pop("fds", 0))
@@ -368,7 +390,13 @@ class TensorMessage:
     def __init__(
         self, name: str, message: Message, key: str, tensors: list[tuple[str, npt.NDArray[Any]]]
     ) -> None:
-        refs, self._arena = ArenaWriter(name).place(tensors) if tensors else ([], None)
+        self.payload = b""
+        self._arena: Arena | None = None
+        encoded = [_encode(tensor_name, array) for tensor_name, array in tensors]
+        if sum(_aligned(t.payload.size) for t in encoded) <= INLINE_MAX_BYTES:
+            refs, self.payload = _inline(encoded)
+        else:
+            refs, self._arena = ArenaWriter(name).place(tensors)
         self.message: Message = {**message, key: [ref.to_message() for ref in refs]}
         self.fds: tuple[int, ...] = ()
         if self._arena is not None:
@@ -383,13 +411,43 @@ class TensorMessage:
             self._arena.close()
 
 
+def _inline(encoded: list[_Encoded]) -> tuple[list[TensorRef], bytes]:
+    """Tensors laid out as they would be in an arena, in one bytes object."""
+    refs: list[TensorRef] = []
+    payload = bytearray()
+    for tensor in encoded:
+        offset = len(payload)
+        payload += tensor.payload.tobytes()
+        payload += bytes(_aligned(len(payload)) - len(payload))
+        refs.append(
+            TensorRef(tensor.name, tensor.datatype, tensor.shape, offset, tensor.payload.size)
+        )
+    return refs, bytes(payload)
+
+
 def copy_out(
     message: Message, fds: list[int], refs: list[TensorRef]
 ) -> dict[str, npt.NDArray[Any]]:
-    """The tensors a ``TensorMessage`` brought, copied out of its arena (then unmapped)."""
+    """The tensors a ``TensorMessage`` brought, copied out of its arena (then unmapped) or of
+    the bytes that followed it."""
+    inline = message.get(_INLINE_KEY)
+    if isinstance(inline, bytes):
+        for fd in fds:
+            os.close(fd)
+        return {ref.name: _inline_view(inline, ref) for ref in refs}
     reader = ArenaReader()
     try:
         reader.adopt(message, fds)
         return {ref.name: np.array(reader.view(ref), copy=True) for ref in refs}
     finally:
         reader.close()
+
+
+def _inline_view(data: bytes, ref: TensorRef) -> npt.NDArray[Any]:
+    """The tensor at ``ref`` in a message's inline bytes, as an array of its own."""
+    if ref.offset < 0 or ref.nbytes < 0 or ref.offset + ref.nbytes > len(data):
+        raise ValueError(f"tensor {ref.name!r} lies outside the message's bytes")
+    chunk = data[ref.offset : ref.offset + ref.nbytes]
+    if ref.datatype == "BYTES":
+        return deserialize_bytes(chunk, ref.shape)
+    return np.frombuffer(chunk, dtype=DATATYPES[ref.datatype].numpy).reshape(ref.shape).copy()

@@ -175,9 +175,9 @@ class ModelWorker:
         self._batches_lock = threading.Lock()
         self._open_batches: dict[int, list[ResponseSender]] = {}
 
-    def send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None:
+    def send(self, message: ipc.Message, fds: tuple[int, ...] = (), payload: bytes = b"") -> None:
         with self._send_lock:
-            self._channel.send(message, fds)
+            self._channel.send(message, fds, payload)
 
     def _log(self, level: str, message: str) -> None:
         """pb_utils' log sink: a structured record to the parent, which logs it."""
@@ -370,7 +370,7 @@ class ModelWorker:
         except (TypeError, ValueError) as error:
             raise pb_utils.TritonModelException(str(error)) from error
         with placed:
-            self.send(placed.message, placed.fds)
+            self.send(placed.message, placed.fds, placed.payload)
 
     def _call_model(
         self, request: pb_utils.InferenceRequest, decoupled: bool
@@ -429,7 +429,7 @@ class ModelWorker:
             self.calls.forget(call_id)
             raise pb_utils.TritonModelException(str(error)) from error
         with placed:
-            self.send(placed.message, placed.fds)
+            self.send(placed.message, placed.fds, placed.payload)
         return self._channel_answer(*answer.get())
 
     @staticmethod

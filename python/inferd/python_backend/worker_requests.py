@@ -21,7 +21,9 @@ class Worker(Protocol):
 
     calls: PendingCalls
 
-    def send(self, message: ipc.Message, fds: tuple[int, ...] = ()) -> None: ...
+    def send(
+        self, message: ipc.Message, fds: tuple[int, ...] = (), payload: bytes = b""
+    ) -> None: ...
 
     def send_response(
         self,
