@@ -5,7 +5,6 @@
 #include "inferd/model_calls.h"
 
 #include <gtest/gtest.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,9 +20,15 @@
 #include "inferd/python_worker_executor.h"
 #include "inferd/worker_messages.h"
 #include "inferd/worker_ring.h"
+#include "worker_ring_support.h"
 
 namespace inferd::worker {
 namespace {
+
+using ring_testing::floats;
+using ring_testing::self_pidfd;
+using ring_testing::worker_end;
+using ring_testing::x_to_y_options;
 
 TEST(WorkerMessages, CallsAndTheirAnswersRoundTrip) {
   CallDescription call;
@@ -69,14 +74,6 @@ TEST(WorkerMessages, CallsAndTheirAnswersRoundTrip) {
   unknown_code[0] = 99;
   EXPECT_FALSE(decode_call_answer(unknown_code, 0, &read).ok());
 }
-
-WorkerRing worker_end(const WorkerRing& server) {
-  const RingFds fds = server.fds();
-  return WorkerRing::adopt(
-      RingFds{::dup(fds.ring), ::dup(fds.inputs), ::dup(fds.outputs), ::dup(fds.to_worker), ::dup(fds.to_server)});
-}
-
-int self_pidfd() { return static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)); }
 
 // A worker of the test's own, in a thread: for each execute it makes one call, `call`, with the
 // batch's first input as the call's "x", waits for its answer, and answers every request of the
@@ -259,18 +256,6 @@ std::shared_ptr<ModelCalls> calls_to(const std::shared_ptr<DoublingScheduler>& s
   return calls;
 }
 
-PythonWorkerOptions caller_options() {
-  PythonWorkerOptions options;
-  options.model_name = "caller";
-  options.description = "python model 'caller' version 1 instance 'caller_0'";
-  options.input_names = {"x"};
-  options.input_types = {DataType::kFp32};
-  options.output_names = {"y"};
-  options.output_types = {DataType::kFp32};
-  options.poll_interval = std::chrono::milliseconds(5);
-  return options;
-}
-
 CallDescription call_to(std::string_view model) {
   CallDescription call;
   call.model = model;
@@ -300,12 +285,6 @@ RunResult run_one(PythonWorkerExecutor& executor, RequestCancellation cancellati
   return run;
 }
 
-std::vector<float> floats(const Tensor& tensor) {
-  std::vector<float> values(tensor.byte_size / sizeof(float));
-  std::memcpy(values.data(), tensor.data, tensor.byte_size);
-  return values;
-}
-
 PythonWorkerHooks no_hooks() {
   return {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}};
 }
@@ -314,7 +293,7 @@ TEST(ModelCallsOnTheRing, ACallIsRoutedByTheSnapshotAndAnsweredWithItsOutputs) {
   auto ring = std::make_shared<WorkerRing>(WorkerRing::create("test"));
   CallingWorker worker(*ring, call_to("double"));
   auto scheduler = std::make_shared<DoublingScheduler>();
-  PythonWorkerExecutor executor(caller_options(), no_hooks());
+  PythonWorkerExecutor executor(x_to_y_options("caller"), no_hooks());
   executor.set_model_calls(calls_to(scheduler));
   executor.attach(ring, self_pidfd());
   for (int batch = 0; batch < 3; ++batch) {
@@ -334,7 +313,7 @@ TEST(ModelCallsOnTheRing, ACallThatWouldWaitOnItselfIsRefusedNamingTheCycle) {
   for (const std::string_view target : {"caller", "upstream"}) {
     auto ring = std::make_shared<WorkerRing>(WorkerRing::create("test"));
     CallingWorker worker(*ring, call_to(target));
-    PythonWorkerExecutor executor(caller_options(), no_hooks());
+    PythonWorkerExecutor executor(x_to_y_options("caller"), no_hooks());
     executor.set_model_calls(calls_to(scheduler));
     executor.attach(ring, self_pidfd());
     RunResult run = run_one(executor);
@@ -360,7 +339,7 @@ TEST(ModelCallsOnTheRing, ACallWithNoRouteGoesToThePythonSide) {
     EXPECT_EQ(floats(inputs.at(0)), (std::vector<float>{1, 2, 3}));
     done(ModelCallAnswer{Status::Error(StatusCode::kNotFound, "no model 'elsewhere'"), {}});
   };
-  PythonWorkerExecutor executor(caller_options(), hooks);
+  PythonWorkerExecutor executor(x_to_y_options("caller"), hooks);
   executor.set_model_calls(calls_to(std::make_shared<DoublingScheduler>()));
   executor.attach(ring, self_pidfd());
   RunResult run = run_one(executor);
@@ -376,7 +355,7 @@ TEST(ModelCallsOnTheRing, ACallPastItsTimeoutIsAnsweredDeadlineExceededAndItsReq
   CallingWorker worker(*ring, call);
   auto scheduler = std::make_shared<DoublingScheduler>();
   scheduler->hold = true;
-  PythonWorkerExecutor executor(caller_options(), no_hooks());
+  PythonWorkerExecutor executor(x_to_y_options("caller"), no_hooks());
   executor.set_model_calls(calls_to(scheduler));
   executor.attach(ring, self_pidfd());
   const auto started = std::chrono::steady_clock::now();
@@ -392,7 +371,7 @@ TEST(ModelCallsOnTheRing, ABatchWhoseRequestsAllEndedCancelsItsCalls) {
   CallingWorker worker(*ring, call_to("double"));
   auto scheduler = std::make_shared<DoublingScheduler>();
   scheduler->hold = true;
-  PythonWorkerExecutor executor(caller_options(), no_hooks());
+  PythonWorkerExecutor executor(x_to_y_options("caller"), no_hooks());
   executor.set_model_calls(calls_to(scheduler));
   executor.attach(ring, self_pidfd());
   auto flag = std::make_shared<std::atomic<bool>>(false);
@@ -423,7 +402,7 @@ TEST(ModelCallsOnTheRing, ACallThatOutlivesItsBatchIsAnsweredLateOnce) {
     std::lock_guard<std::mutex> lock(mutex);
     late.emplace_back(number, answer.status.ok() ? floats(answer.outputs.at(0).second) : std::vector<float>{});
   };
-  PythonWorkerExecutor executor(caller_options(), hooks);
+  PythonWorkerExecutor executor(x_to_y_options("caller"), hooks);
   executor.set_model_calls(calls_to(scheduler));
   executor.attach(ring, self_pidfd());
   for (int batch = 0; batch < 20; ++batch) {
@@ -448,7 +427,7 @@ TEST(ModelCallsOnTheRing, ACallStillOpenWhenItsBatchEndsIsCancelledWhenNobodyTak
   worker.abandon_calls = true;
   auto scheduler = std::make_shared<DoublingScheduler>();
   scheduler->hold = true;
-  PythonWorkerExecutor executor(caller_options(), no_hooks());
+  PythonWorkerExecutor executor(x_to_y_options("caller"), no_hooks());
   executor.set_model_calls(calls_to(scheduler));
   executor.attach(ring, self_pidfd());
   RunResult run = run_one(executor);

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,16 +17,15 @@
 
 #include "inferd/python_worker_executor.h"
 #include "inferd/worker_messages.h"
+#include "worker_ring_support.h"
 
 namespace inferd::worker {
 namespace {
 
-// The worker's end of `server`, as a worker process adopts it (its own copies of the descriptors).
-WorkerRing worker_end(const WorkerRing& server) {
-  const RingFds fds = server.fds();
-  return WorkerRing::adopt(
-      RingFds{::dup(fds.ring), ::dup(fds.inputs), ::dup(fds.outputs), ::dup(fds.to_worker), ::dup(fds.to_server)});
-}
+using ring_testing::floats;
+using ring_testing::self_pidfd;
+using ring_testing::worker_end;
+using ring_testing::x_to_y_options;
 
 Message message_of(MessageKind kind, uint64_t batch) {
   Message message;
@@ -260,20 +258,6 @@ std::vector<ResponseDescription> echo(const BatchDescription& batch, SharedRegio
   return responses;
 }
 
-int self_pidfd() { return static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)); }
-
-PythonWorkerOptions options() {
-  PythonWorkerOptions options;
-  options.model_name = "m";
-  options.description = "python model 'm' version 1 instance 'm_0'";
-  options.input_names = {"x"};
-  options.input_types = {DataType::kFp32};
-  options.output_names = {"y"};
-  options.output_types = {DataType::kFp32};
-  options.poll_interval = std::chrono::milliseconds(5);
-  return options;
-}
-
 ExecutorRequest request_of(const std::vector<float>& values, std::string_view id) {
   ExecutorRequest request;
   Tensor x;
@@ -286,17 +270,11 @@ ExecutorRequest request_of(const std::vector<float>& values, std::string_view id
   return request;
 }
 
-std::vector<float> floats(const Tensor& tensor) {
-  std::vector<float> values(tensor.byte_size / sizeof(float));
-  std::memcpy(values.data(), tensor.data, tensor.byte_size);
-  return values;
-}
-
 TEST(PythonWorkerExecutor, ABatchCrossesTheRingAndItsAnswersViewTheArena) {
   auto ring = std::make_shared<WorkerRing>(WorkerRing::create("test"));
   FakeWorker worker(*ring, echo);
   int served = 0;
-  PythonWorkerExecutor executor(options(),
+  PythonWorkerExecutor executor(x_to_y_options("m"),
                                 {[&served] { return ++served, Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1, 2, 3};
@@ -327,7 +305,8 @@ TEST(PythonWorkerExecutor, AMissingOrMistypedOutputFailsItsRequestAlone) {
     error.error = "the model's own error";
     return responses;  // the third has no output at all
   });
-  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
+  PythonWorkerExecutor executor(x_to_y_options("m"),
+                                {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;
@@ -360,7 +339,8 @@ TEST(PythonWorkerExecutor, CancellationReachesTheWorkerWhileItRuns) {
     failed.error = "cancelled";
     return std::vector<ResponseDescription>(batch.requests.size(), failed);
   });
-  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
+  PythonWorkerExecutor executor(x_to_y_options("m"),
+                                {[] { return Status::Ok(); }, [] { return Status::Ok(); }, {}, {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   ExecutorRequest request = request_of(a, "a");
@@ -389,13 +369,14 @@ TEST(PythonWorkerExecutor, AWorkerThatExitsFailsTheBatchWithWhatDiedSays) {
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
   ASSERT_GE(pidfd, 0);
   int died = 0;
-  PythonWorkerExecutor executor(options(), {[] { return Status::Error(StatusCode::kUnavailable, "restarting"); },
-                                            [&died] {
-                                              ++died;
-                                              return Status::Error(StatusCode::kInternal, "it died: status 3");
-                                            },
-                                            {},
-                                            {}});
+  PythonWorkerExecutor executor(x_to_y_options("m"),
+                                {[] { return Status::Error(StatusCode::kUnavailable, "restarting"); },
+                                 [&died] {
+                                   ++died;
+                                   return Status::Error(StatusCode::kInternal, "it died: status 3");
+                                 },
+                                 {},
+                                 {}});
   executor.attach(ring, pidfd);
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;
@@ -416,13 +397,13 @@ TEST(PythonWorkerExecutor, ACorruptAnswerIsTheWorkersDeath) {
     return std::vector<ResponseDescription>{response};
   });
   int died = 0;
-  PythonWorkerExecutor executor(options(), {[] { return Status::Ok(); },
-                                            [&died] {
-                                              ++died;
-                                              return Status::Error(StatusCode::kInternal, "killed");
-                                            },
-                                            {},
-                                            {}});
+  PythonWorkerExecutor executor(x_to_y_options("m"), {[] { return Status::Ok(); },
+                                                      [&died] {
+                                                        ++died;
+                                                        return Status::Error(StatusCode::kInternal, "killed");
+                                                      },
+                                                      {},
+                                                      {}});
   executor.attach(ring, self_pidfd());
   const std::vector<float> a = {1};
   std::vector<RequestResult> results;
