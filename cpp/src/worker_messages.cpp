@@ -109,6 +109,11 @@ void write_names(DescriptionWriter* writer, const std::vector<std::string_view>&
   for (std::string_view name : names) writer->text(name);
 }
 
+void write_tensors(DescriptionWriter* writer, const std::vector<TensorPlace>& places) {
+  writer->u32(static_cast<uint32_t>(places.size()));
+  for (const TensorPlace& place : places) writer->tensor(place);
+}
+
 }  // namespace
 
 void DescriptionWriter::u32(uint32_t value) { bytes_.append(reinterpret_cast<const char*>(&value), sizeof value); }
@@ -136,10 +141,8 @@ std::string encode_batch(const BatchDescription& batch) {
   for (const RequestDescription& request : batch.requests) {
     writer.text(request.id);
     writer.text(request.parameters);
-    writer.u32(static_cast<uint32_t>(request.requested_outputs.size()));
-    for (std::string_view name : request.requested_outputs) writer.text(name);
-    writer.u32(static_cast<uint32_t>(request.inputs.size()));
-    for (const TensorPlace& input : request.inputs) writer.tensor(input);
+    write_names(&writer, request.requested_outputs);
+    write_tensors(&writer, request.inputs);
   }
   return writer.bytes();
 }
@@ -153,8 +156,7 @@ std::string encode_responses(const std::vector<ResponseDescription>& responses) 
       writer.text(response.error);
       continue;
     }
-    writer.u32(static_cast<uint32_t>(response.outputs.size()));
-    for (const TensorPlace& output : response.outputs) writer.tensor(output);
+    write_tensors(&writer, response.outputs);
   }
   return writer.bytes();
 }
@@ -172,16 +174,9 @@ Status decode_batch(std::string_view bytes, size_t arena_size, BatchDescription*
     RequestDescription request;
     request.id = reader.text();
     request.parameters = reader.text();
-    const uint32_t requested = reader.u32();
-    for (uint32_t k = 0; k < requested && !reader.failed(); ++k) request.requested_outputs.push_back(reader.text());
-    const uint32_t inputs = reader.u32();
-    if (reader.failed()) return corrupt("truncated");
-    for (uint32_t k = 0; k < inputs; ++k) {
-      TensorPlace place;
-      Status status = read_tensor(&reader, arena_size, &place);
-      if (!status.ok()) return status;
-      request.inputs.push_back(std::move(place));
-    }
+    request.requested_outputs = read_names(&reader);
+    Status status = read_tensors(&reader, arena_size, &request.inputs);
+    if (!status.ok()) return status;
     batch->requests.push_back(std::move(request));
   }
   if (!reader.at_end()) return corrupt("bytes after the last request");
@@ -202,14 +197,8 @@ Status decode_responses(std::string_view bytes, size_t arena_size, std::vector<R
       responses->push_back(std::move(response));
       continue;
     }
-    const uint32_t outputs = reader.u32();
-    if (reader.failed()) return corrupt("truncated");
-    for (uint32_t k = 0; k < outputs; ++k) {
-      TensorPlace place;
-      Status status = read_tensor(&reader, arena_size, &place);
-      if (!status.ok()) return status;
-      response.outputs.push_back(std::move(place));
-    }
+    Status status = read_tensors(&reader, arena_size, &response.outputs);
+    if (!status.ok()) return status;
     responses->push_back(std::move(response));
   }
   if (!reader.at_end()) return corrupt("bytes after the last response");
@@ -234,8 +223,7 @@ std::string encode_call(const CallDescription& call) {
   write_names(&writer, call.chain);
   write_names(&writer, call.requested_outputs);
   writer.u64(call.timeout_us);
-  writer.u32(static_cast<uint32_t>(call.inputs.size()));
-  for (const TensorPlace& input : call.inputs) writer.tensor(input);
+  write_tensors(&writer, call.inputs);
   return writer.bytes();
 }
 
@@ -243,8 +231,7 @@ std::string encode_call_answer(const CallAnswerDescription& answer) {
   DescriptionWriter writer;
   writer.u32(static_cast<uint32_t>(answer.code));
   writer.text(answer.error);
-  writer.u32(static_cast<uint32_t>(answer.outputs.size()));
-  for (const TensorPlace& output : answer.outputs) writer.tensor(output);
+  write_tensors(&writer, answer.outputs);
   return writer.bytes();
 }
 
