@@ -17,15 +17,23 @@ KIND_CPU instance, ``max_batch_size: 0`` and ``model_transaction_policy { decoup
   sent by a thread of the model's; ``execute`` returns at once (in-flight batching, as Triton's
   documentation shows it).
 
-The load is tritonclient's gRPC stream, one client and one stream per thread (the same code for
-both servers): ``--streams`` streams each send ``--requests`` requests of ``--tokens`` tokens to
-``tokens``, one after another, each read to its final flag; every response is checked. Responses
-per second over the measured requests; CPU = utime + stime of the server and of its child
-processes (inferd's worker, Triton's stub), each, over the same span, per response. Then the
-latency test on ``generate``: ``--probes`` requests of 1 token on a fresh stream, one at a time,
-first with the server idle, then while ``--busy`` other streams each generate ``--busy-tokens``
-tokens without pause; the time from the send to the first response, p50 and p99 of each, and busy
-over idle.
+Throughput, with perf_analyzer as the load (C++, as every other benchmark here): ``--streaming``
+over gRPC at each of ``--streams`` concurrencies (one stream per concurrent request), each
+request ``N = --tokens`` to ``tokens``, read to its final flag. Responses per second are
+perf_analyzer's requests per second times ``--tokens``; CPU = utime + stime of the server and of
+its descendants (inferd's worker, Triton's stub), each, over the whole perf_analyzer run, per
+response (the model's statistics count the requests run, each ``--tokens`` responses).
+
+The same with tritonclient's Python stream, one client and one stream per thread (the same code
+for both servers): ``--streams`` streams each send ``--requests`` requests, every response
+checked. It is the load a Python user's own client puts on; on a 2-core machine its threads
+spend about as much CPU per response as the server does, so it bounds what it measures, and the
+table says its own CPU per response beside the server's.
+
+Then the latency test on ``generate``: ``--probes`` requests of 1 token on a fresh stream, one at
+a time, first with the server idle, then while ``--busy`` other streams each generate
+``--busy-tokens`` tokens without pause; the time from the send to the first response, p50 and
+p99 of each, and busy over idle.
 
 Rounds (``--rounds``) alternate which server goes first; each server is started fresh for its
 turn and stopped after it. Writes results.json and results.md into ``--out``.
@@ -52,7 +60,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 import harness
+import python_backend
 import python_vs_triton as pvt
+import server_usage
 
 SERVERS = (pvt.INFERD, pvt.TRITON)
 TOKENS_MODEL = "tokens"
@@ -190,8 +200,10 @@ def throughput(server: harness.Server, streams: int, requests: int, tokens: int)
     try:
         start.wait()
         before, began = harness.process_ticks(server.process.pid), time.perf_counter()
+        client_before = os.times()
         done.wait()
         seconds = time.perf_counter() - began
+        client_after = os.times()
         after = harness.process_ticks(server.process.pid)
     finally:
         for thread in threads:
@@ -211,6 +223,56 @@ def throughput(server: harness.Server, streams: int, requests: int, tokens: int)
         "cpu_us_per_response": (own + children) * per_response,
         "server_cpu_us_per_response": own * per_response,
         "children_cpu_us_per_response": children * per_response,
+        # This client's own threads, on the same cores.
+        "client_cpu_us_per_response": 1e6
+        * (client_after.user + client_after.system - client_before.user - client_before.system)
+        / total,
+    }
+
+
+def throughput_pa(
+    server: harness.Server,
+    pa: harness.PerfAnalyzer,
+    args: argparse.Namespace,
+    streams: int,
+    data: Path,
+    log: Path,
+) -> dict[str, Any]:
+    """perf_analyzer --streaming at concurrency ``streams`` on TOKENS_MODEL, requests of
+    ``args.tokens`` tokens; CPU per response over the whole run."""
+    extra = ["--streaming", "--input-data", str(data), "--stability-percentage", "25"]
+    statistics = server_usage.StatisticsClient(server.port)
+    try:
+        before = pvt.Probe(server.process.pid, statistics, TOKENS_MODEL)
+        result = pa.measure(
+            TOKENS_MODEL, server.port, streams, args.measurement_interval, extra, log
+        )
+        after = pvt.Probe(server.process.pid, statistics, TOKENS_MODEL)
+    finally:
+        statistics.close()
+    if result.error is not None:
+        raise RuntimeError(f"perf_analyzer on {TOKENS_MODEL}: {result.error}")
+    usage = python_backend.window(server.process.pid, before, after)
+    summary = result.summary()
+    per_request = args.tokens
+
+    def per_response(key: str) -> float | None:
+        value = usage[key]
+        return None if value is None else value / per_request
+
+    return {
+        "streams": streams,
+        "requests_per_s": summary["infer_per_s"],
+        "responses_per_s": summary["infer_per_s"] * per_request,
+        "first_response_p50_us": summary["p50_us"],
+        "first_response_p99_us": summary["p99_us"],
+        "requests": usage["inferences"],
+        "cpu_us_per_response": per_response("server_cpu_us_per_infer"),
+        "server_cpu_us_per_response": per_response("server_process_us_per_infer"),
+        "children_cpu_us_per_response": per_response("children_us_per_infer"),
+        "load_generator_cores": usage["load_generator_cores"],
+        "machine_cores": usage["machine_cores"],
+        "command": summary["command"],
     }
 
 
@@ -280,15 +342,19 @@ def median(rows: list[dict[str, Any]], key: str) -> float:
     return float(np.median([r[key] for r in rows]))
 
 
-def markdown(report: dict[str, Any]) -> str:
-    lines = [
+def throughput_table(report: dict[str, Any], key: str, client: bool) -> list[str]:
+    head = (
         "| streams | inferd responses/s | Triton responses/s | ratio | inferd CPU µs/response "
-        "(server + worker) | Triton CPU µs/response (server + stub) | CPU ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+        "(server + worker) | Triton CPU µs/response (server + stub) | CPU ratio |"
+    )
+    rule = "| --- | --- | --- | --- | --- | --- | --- |"
+    if client:
+        head += " client CPU µs/response, inferd / Triton |"
+        rule += " --- |"
+    lines = [head, rule]
     for streams in report["args"]["streams"]:
         rows = {
-            s: [r for r in report["throughput"] if r["server"] == s and r["streams"] == streams]
+            s: [r for r in report[key] if r["server"] == s and r["streams"] == streams]
             for s in SERVERS
         }
         ours, theirs = (median(rows[s], "responses_per_s") for s in SERVERS)
@@ -299,10 +365,22 @@ def markdown(report: dict[str, Any]) -> str:
             for s in SERVERS
         }
         cpu_ratio = cpu[pvt.INFERD] / cpu[pvt.TRITON]
-        lines.append(
+        line = (
             f"| {streams} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f} "
             f"| {split[pvt.INFERD]} | {split[pvt.TRITON]} | {cpu_ratio:.2f} |"
         )
+        if client:
+            own = [median(rows[s], "client_cpu_us_per_response") for s in SERVERS]
+            line += f" {own[0]:.0f} / {own[1]:.0f} |"
+        lines.append(line)
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = ["perf_analyzer --streaming:", ""]
+    lines += throughput_table(report, "throughput", client=False)
+    lines += ["", "tritonclient's Python stream, a thread per stream:", ""]
+    lines += throughput_table(report, "python_client", client=True)
     lines += [
         "",
         "| server | idle first response p50 / p99 ms | busy p50 / p99 ms | busy / idle p50 |",
@@ -328,7 +406,8 @@ def main() -> int:
     parser.add_argument("--stub-python", default="3.11")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--requests", type=int, default=20, help="per stream, measured")
+    parser.add_argument("--requests", type=int, default=20, help="per Python stream, measured")
+    parser.add_argument("--measurement-interval", type=int, default=4000, help="ms per window")
     parser.add_argument("--tokens", type=int, default=100, help="responses per request")
     parser.add_argument("--probes", type=int, default=40, help="first-response requests")
     parser.add_argument("--busy", type=int, default=4, help="streams generating meanwhile")
@@ -345,12 +424,16 @@ def main() -> int:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     machine = harness.machine_info(args.python)
     print(f"machine: {harness.describe_machine(machine)}\nout: {out}", flush=True)
+    pa = harness.PerfAnalyzer.find(args.python)
     throughput_rows: list[dict[str, Any]] = []
+    client_rows: list[dict[str, Any]] = []
     latency_rows: list[dict[str, Any]] = []
     clock = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="inferd-decoupled-vs-triton-") as tmp:
         repository = Path(tmp) / "repository"
         write_repository(repository)
+        data = Path(tmp) / "tokens.json"
+        data.write_text(json.dumps({"data": [{"N": [args.tokens]}]}))
         triton = pvt.prepare_triton(args, Path(tmp))
         for round_ in range(1, args.rounds + 1):
             order = list(SERVERS) if round_ % 2 else list(reversed(SERVERS))
@@ -360,12 +443,23 @@ def main() -> int:
                 )
                 try:
                     for streams in args.streams:
-                        row = throughput(server, streams, args.requests, args.tokens)
+                        log = out / "logs" / f"pa-{name}-r{round_}-{streams}.log"
+                        row = throughput_pa(server, pa, args, streams, data, log)
                         throughput_rows.append({"server": name, "round": round_, **row})
                         print(
-                            f"round {round_} {name} {streams} streams: "
+                            f"round {round_} {name} {streams} streams (perf_analyzer): "
                             f"{row['responses_per_s']:,.0f} responses/s, "
                             f"{row['cpu_us_per_response']:.0f} µs CPU/response",
+                            flush=True,
+                        )
+                    for streams in args.streams:
+                        row = throughput(server, streams, args.requests, args.tokens)
+                        client_rows.append({"server": name, "round": round_, **row})
+                        print(
+                            f"round {round_} {name} {streams} streams (Python client): "
+                            f"{row['responses_per_s']:,.0f} responses/s, "
+                            f"{row['cpu_us_per_response']:.0f} µs CPU/response, the client's "
+                            f"{row['client_cpu_us_per_response']:.0f}",
                             flush=True,
                         )
                     row = first_response(server, args.probes, args.busy, args.busy_tokens)
@@ -384,6 +478,7 @@ def main() -> int:
         "machine": machine,
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "throughput": throughput_rows,
+        "python_client": client_rows,
         "latency": latency_rows,
     }
     (out / "results.json").write_text(json.dumps(report, indent=2))
