@@ -87,6 +87,8 @@ class DecoupledResponses {
 
   bool respond(size_t index, py::handle answer);
   bool finish(size_t index, py::handle answer);
+  // Where the answers go, for the core's own senders (StreamedResponses).
+  const std::shared_ptr<LaterResponses>& later() const { return later_; }
 
  private:
   void check_index(size_t index) const;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inferd/python_worker_executor.h"
+#include "inferd/streamed_responses.h"
 #include "inferd/worker_ring.h"
 #include "python_executor.h"
 #include "python_tensor.h"
@@ -217,6 +218,43 @@ std::function<void(uint64_t, ModelCallAnswer&&)> late_hook_of(py::handle callabl
   };
 }
 
+// StreamedResponses' delivery as Python takes it: deliver(batch, index, final, response), response
+// None for the final flag alone, else (outputs as [(name, array)] or None, error message or None).
+StreamedDelivery delivery_of(py::handle callable) {
+  std::shared_ptr<const void> held = hold_reference(callable);
+  return [held](uint64_t batch, size_t index, bool final, const WorkerAnswer* answer) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object response = py::none();
+      if (answer != nullptr && answer->status.ok()) {
+        py::list arrays;
+        for (const auto& [name, tensor] : answer->outputs) arrays.append(py::make_tuple(name, executor_array(tensor)));
+        response = py::make_tuple(arrays, py::none());
+      } else if (answer != nullptr) {
+        response = py::make_tuple(py::none(), answer->status.message);
+      }
+      py::handle(static_cast<PyObject*>(const_cast<void*>(held.get())))(batch, index, final, response);
+    } catch (py::error_already_set& error) {
+      error.discard_as_unraisable("delivering a decoupled model's response");
+    } catch (const std::exception& error) {
+      PyErr_SetString(PyExc_RuntimeError, error.what());
+      py::error_already_set raised;
+      raised.discard_as_unraisable("delivering a decoupled model's response");
+    }
+  };
+}
+
+// Destroys a StreamedResponses without the GIL: its destructor joins the reader, which may wait
+// for the GIL to deliver.
+void destroy_streamed(StreamedResponses* streamed) {
+  if (PyGILState_Check() != 0) {
+    py::gil_scoped_release release;
+    delete streamed;
+  } else {
+    delete streamed;
+  }
+}
+
 }  // namespace
 
 void register_python_worker(py::module_& m) {
@@ -240,6 +278,38 @@ void register_python_worker(py::module_& m) {
             return std::vector<int>{fds.ring, fds.inputs, fds.outputs, fds.to_worker, fds.to_server};
           },
           "The five descriptors, for the worker's pass_fds.");
+
+  py::class_<StreamedResponses, std::shared_ptr<StreamedResponses>>(m, "StreamedResponses")
+      .def(py::init([](std::shared_ptr<WorkerRing> ring, std::string model_name, std::vector<std::string> output_names,
+                       const std::vector<int>& output_datatypes, const py::object& deliver) {
+             if (output_names.size() != output_datatypes.size()) {
+               throw std::invalid_argument("each output needs its datatype");
+             }
+             DeclaredOutputs declared{std::move(model_name), std::move(output_names), datatypes_of(output_datatypes)};
+             return std::shared_ptr<StreamedResponses>(
+                 new StreamedResponses(std::move(ring), std::move(declared), delivery_of(deliver)), destroy_streamed);
+           }),
+           py::arg("ring"), py::arg("model_name"), py::arg("output_names"), py::arg("output_datatypes"),
+           py::arg("deliver"),
+           "The responses a decoupled python model's worker streams on `ring`, read by a thread of the core "
+           "(streamed_responses.h). A batch's responses that are not final go straight to its DecoupledResponses; "
+           "the rest to deliver(batch, index, final, response) with the GIL, response None for the final flag "
+           "alone, else (outputs as [(name, array)] or None, error message or None).")
+      .def(
+          "open",
+          [](StreamedResponses& streamed, uint64_t batch, const std::shared_ptr<DecoupledResponses>& responses,
+             std::vector<std::vector<std::string>> requested) {
+            streamed.open(batch, responses ? responses->later() : nullptr, std::move(requested));
+          },
+          py::arg("batch"), py::arg("responses"), py::arg("requested"),
+          "Batch `batch` was sent: its responses that are not final go to `responses` (None: to deliver); "
+          "`requested`: each request's requested output names.")
+      .def("forget", &StreamedResponses::forget, py::arg("batch"),
+           "The batch is over: what still comes for it goes to deliver.")
+      .def("sync", &StreamedResponses::sync, py::call_guard<py::gil_scoped_release>(),
+           "Returns once every response the worker had sent is delivered. GIL released while it waits.")
+      .def("stop", &StreamedResponses::stop, py::call_guard<py::gil_scoped_release>(),
+           "Delivers what the worker sent, then stops reading. GIL released while it waits.");
 
   py::class_<CancellationFlag>(m, "CancellationFlag")
       .def(py::init<>())

@@ -89,15 +89,12 @@ struct CallBytes {
 
 std::string quoted(std::string_view name) { return "'" + std::string(name) + "'"; }
 
-bool holds(DataType declared, DataType sent) {
-  // BF16 has no numpy type: a model returns its bits as 16-bit integers.
-  return sent == declared || (declared == DataType::kBf16 && (sent == DataType::kUint16 || sent == DataType::kInt16));
-}
-
 }  // namespace
 
 PythonWorkerExecutor::PythonWorkerExecutor(PythonWorkerOptions options, PythonWorkerHooks hooks)
-    : options_(std::move(options)), hooks_(std::move(hooks)) {}
+    : options_(std::move(options)),
+      declared_{options_.model_name, options_.output_names, options_.output_types},
+      hooks_(std::move(hooks)) {}
 
 PythonWorkerExecutor::~PythonWorkerExecutor() = default;
 
@@ -158,7 +155,9 @@ Status PythonWorkerExecutor::execute_requests(const std::vector<ExecutorRequest>
   Status status = run(named, &answers);
   if (!status.ok()) return status;
   results->clear();
-  for (size_t i = 0; i < answers.size(); ++i) results->push_back(in_model_order(std::move(answers[i]), requests[i]));
+  for (size_t i = 0; i < answers.size(); ++i) {
+    results->push_back(in_model_order(std::move(answers[i]), requests[i].requested_outputs, declared_));
+  }
   return Status::Ok();
 }
 
@@ -568,75 +567,9 @@ Status PythonWorkerExecutor::read_answers(Link& link, size_t count, const Messag
   }
   answers->clear();
   for (const ResponseDescription& response : responses) {
-    WorkerAnswer answer;
-    if (!response.ok) {
-      answer.status = Status::Error(StatusCode::kInternal, std::string(response.error));
-      answers->push_back(std::move(answer));
-      continue;
-    }
-    for (const TensorPlace& place : response.outputs) {
-      Tensor tensor;
-      tensor.dtype = place.dtype;
-      tensor.shape = place.shape;
-      const std::byte* data = lease->mapping->data() + place.offset;
-      if (place.dtype == DataType::kBytes) {
-        // Copied out before it is checked: the response writer walks the lengths again later.
-        auto owned = std::make_shared<std::vector<std::byte>>(data, data + place.nbytes);
-        std::vector<size_t> offsets;
-        if (!bytes_element_offsets(owned->data(), owned->size(), &offsets) ||
-            static_cast<int64_t>(offsets.size() - 1) != element_count(place.shape)) {
-          answer.status = Status::Error(StatusCode::kInternal, "python model '" + options_.model_name + "': output '" +
-                                                                   std::string(place.name) +
-                                                                   "' is not a BYTES tensor of its shape");
-          break;
-        }
-        tensor.data = owned->data();
-        tensor.byte_size = owned->size();
-        tensor.owner = std::move(owned);
-      } else {
-        tensor.data = data;
-        tensor.byte_size = place.nbytes;
-        tensor.owner = lease;
-      }
-      answer.outputs.emplace_back(std::string(place.name), std::move(tensor));
-    }
-    if (!answer.status.ok()) answer.outputs.clear();
-    answers->push_back(std::move(answer));
+    answers->push_back(answer_of(response, lease->mapping->data(), 0, lease, options_.model_name));
   }
   return Status::Ok();
-}
-
-RequestResult PythonWorkerExecutor::in_model_order(WorkerAnswer&& answer, const ExecutorRequest& request) const {
-  if (!answer.status.ok()) return RequestResult{std::move(answer.status), {}};
-  const std::string model = "python model '" + options_.model_name + "'";
-  RequestResult result;
-  for (size_t k = 0; k < options_.output_names.size(); ++k) {
-    const std::string& name = options_.output_names[k];
-    const DataType declared = options_.output_types[k];
-    auto sent = std::find_if(answer.outputs.begin(), answer.outputs.end(),
-                             [&name](const auto& output) { return output.first == name; });
-    if (sent == answer.outputs.end()) {
-      const auto& asked = request.requested_outputs;
-      if (asked.empty() || std::find(asked.begin(), asked.end(), name) != asked.end()) {
-        return RequestResult{
-            Status::Error(StatusCode::kInternal, model + ": its response has no output '" + name + "'"), {}};
-      }
-      Tensor stand_in;  // not asked for, not computed: no answer carries it
-      stand_in.dtype = declared;
-      stand_in.shape = {0};
-      result.outputs.push_back(std::move(stand_in));
-      continue;
-    }
-    if (!holds(declared, sent->second.dtype)) {
-      return RequestResult{Status::Error(StatusCode::kInternal, model + ": output '" + name + "' is " +
-                                                                    datatype_name(sent->second.dtype) +
-                                                                    ", the model declares " + datatype_name(declared)),
-                           {}};
-    }
-    sent->second.dtype = declared;
-    result.outputs.push_back(std::move(sent->second));
-  }
-  return result;
 }
 
 uint64_t PythonWorkerExecutor::outputs_floor() {

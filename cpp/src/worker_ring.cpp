@@ -20,7 +20,7 @@ namespace inferd::worker {
 namespace {
 
 constexpr uint32_t kMagic = 0x494e4652;  // "INFR"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // Beyond this a region is refused: the other side grew its file past any batch we would serve.
 constexpr size_t kMaxRegionBytes = size_t{1} << 38;
 
@@ -293,5 +293,11 @@ WorkerRing::Wait WorkerRing::wait(int timeout_ms, int also, std::chrono::microse
 }
 
 void WorkerRing::wake() const { inbound_bell().ring(); }
+
+uint32_t WorkerRing::inbound_sent() const { return inbound().tail.load(std::memory_order_acquire); }
+
+uint64_t WorkerRing::streamed_taken() const { return header_->streamed_taken.load(std::memory_order_acquire); }
+
+void WorkerRing::set_streamed_taken(uint64_t taken) { header_->streamed_taken.store(taken, std::memory_order_release); }
 
 }  // namespace inferd::worker

@@ -32,5 +32,10 @@ PYBIND11_MODULE(_worker, module) {
            py::arg("inputs"),
            "A model-to-model call on the ring while a batch runs: (outputs as [(name, ndarray)], status code, "
            "message); (None, 0, '') when its answer comes on the control channel under `number` (its batch "
-           "was answered first); None between batches.");
+           "was answered first); None between batches.")
+      .def("respond", &inferd::worker::WorkerLoop::respond, py::arg("batch"), py::arg("index"), py::arg("final"),
+           py::arg("outputs"), py::arg("error"),
+           "A decoupled model's response to request `index` of the server's batch `batch`, sent at once on the "
+           "ring: outputs as [(name, ndarray)], or error its message, or both None for the final flag alone. "
+           "Raises ValueError for an output the protocol cannot carry.");
 }

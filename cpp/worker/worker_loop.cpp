@@ -3,9 +3,11 @@
 #include <pybind11/numpy.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -383,6 +385,76 @@ std::optional<WorkerLoop::CallReply> WorkerLoop::send_call(uint64_t number, cons
     return late;
   }
   return std::move(open->reply);
+  // `placed` holds arrays: it goes after `release` took the GIL back.
+}
+
+void WorkerLoop::respond(uint64_t batch, uint32_t index, bool final, const py::object& outputs,
+                         const py::object& error) {
+  std::vector<PlacedOutput> placed;
+  ResponseDescription response;
+  std::string message;  // what response.error views
+  const bool responds = !outputs.is_none() || !error.is_none();
+  if (!error.is_none()) {
+    message = error.cast<std::string>();
+    response.ok = false;
+    response.error = message;
+  } else if (!outputs.is_none()) {
+    for (py::handle output : outputs) {
+      const py::tuple named = output.cast<py::tuple>();
+      placed.push_back(place_output(named[0].cast<std::string>(), named[1]));
+    }
+  }
+  py::gil_scoped_release release;
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Waits, the lock let go, until `ready()`: the server's reader takes messages as they come, so
+  // a wait is short unless the server stops (which kills this process).
+  auto wait_for = [&lock](auto ready) {
+    auto pause = std::chrono::microseconds(20);
+    while (!ready()) {
+      lock.unlock();
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+      lock.lock();
+    }
+  };
+  std::string description;
+  uint64_t position = 0;
+  // Places the tensors from `start` on and describes them; returns where the description goes.
+  auto place_from = [&](uint64_t start) {
+    response.outputs.clear();
+    for (const PlacedOutput& output : placed) {
+      response.outputs.push_back(TensorPlace{output.name, output.dtype, output.shape, start, output.nbytes});
+      start += aligned(output.nbytes);
+    }
+    description = encode_responses({response});
+    return start;
+  };
+  SharedRegion& arena = ring_.outputs();
+  Message sent;
+  sent.kind = static_cast<uint32_t>(MessageKind::kResponse);
+  sent.batch = batch;
+  sent.count = index;
+  sent.floor = final ? 1 : 0;
+  if (responds) {
+    position = place_from(stream_position_);
+    if (position + description.size() > arena.size()) {
+      // From the start again, once the server has copied out every response in the arena.
+      wait_for([this] { return ring_.streamed_taken() == streamed_sent_; });
+      position = place_from(0);
+      arena.reserve(position + description.size());
+    }
+    std::byte* data = arena.data();
+    for (size_t k = 0; k < placed.size(); ++k) {
+      if (placed[k].nbytes != 0) std::memcpy(data + response.outputs[k].offset, placed[k].bytes(), placed[k].nbytes);
+    }
+    std::memcpy(data + position, description.data(), description.size());
+    sent.offset = position;
+    sent.length = description.size();
+    stream_position_ = aligned(position + description.size());
+  }
+  wait_for([&] { return ring_.send(sent); });
+  ++streamed_sent_;
+  lock.unlock();
   // `placed` holds arrays: it goes after `release` took the GIL back.
 }
 

@@ -93,6 +93,15 @@ class WorkerLoop {
                   const py::list& parameters, const std::vector<std::string>& chain,
                   const std::vector<std::string>& requested, uint64_t timeout_us, const py::list& inputs);
 
+  // A decoupled model's response to request `index` of the server's batch `batch`, sent at once
+  // as one ring message (kResponse): `outputs` as [(name, ndarray)], or `error` its message, or
+  // both None for the final flag alone. Its bytes go into the outputs arena after the last
+  // response's, from its start again once the server took every response sent (it waits for that
+  // when the arena is full, and grows the arena for a response bigger than it). From any thread;
+  // requires the GIL (released while it copies and waits). Throws std::invalid_argument for an
+  // output the protocol cannot carry.
+  void respond(uint64_t batch, uint32_t index, bool final, const py::object& outputs, const py::object& error);
+
  private:
   struct Batch;
   struct OpenCall {
@@ -128,6 +137,8 @@ class WorkerLoop {
   uint64_t batch_ = 0;                                   // the batch running, 0 between batches
   uint64_t scratch_ = 0;                                 // where the next call's bytes go in the outputs arena
   uint64_t answers_taken_ = 0;                           // call answers taken in the running batch
+  uint64_t stream_position_ = 0;                         // where the next streamed response goes
+  uint64_t streamed_sent_ = 0;                           // streamed responses sent (kResponse)
   std::map<uint64_t, std::shared_ptr<OpenCall>> calls_;  // the running batch's open calls
 };
 

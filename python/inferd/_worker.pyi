@@ -13,3 +13,11 @@ class WorkerLoop:
         should_stop: Callable[[], bool],
     ) -> None: ...
     def wake(self) -> None: ...
+    def respond(
+        self,
+        batch: int,
+        index: int,
+        final: bool,
+        outputs: list[tuple[str, Any]] | None,
+        error: str | None,
+    ) -> None: ...

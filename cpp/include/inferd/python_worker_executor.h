@@ -12,6 +12,7 @@
 
 #include "inferd/executor.h"
 #include "inferd/model_calls.h"
+#include "inferd/worker_answers.h"
 #include "inferd/worker_messages.h"
 #include "inferd/worker_ring.h"
 
@@ -81,12 +82,6 @@ struct WorkerRequest {
   RequestCancellation cancellation;
 };
 
-// One request's answer as the worker sent it: its outputs by name, or why it failed.
-struct WorkerAnswer {
-  Status status;
-  std::vector<std::pair<std::string, Tensor>> outputs;
-};
-
 class PythonWorkerExecutor : public Executor {
  public:
   PythonWorkerExecutor(PythonWorkerOptions options, PythonWorkerHooks hooks);
@@ -138,12 +133,11 @@ class PythonWorkerExecutor : public Executor {
   // when the worker takes no messages.
   bool send_call_answer(Link& link, uint64_t call, const ModelCallAnswer& answer, BatchCalls& calls);
   Status read_answers(Link& link, size_t count, const worker::Message& result, std::vector<WorkerAnswer>* answers);
-  // An answer in model output order, its types checked.
-  RequestResult in_model_order(WorkerAnswer&& answer, const ExecutorRequest& request) const;
   // The lowest offset of the outputs arena no answer still in use lies at or above.
   uint64_t outputs_floor();
 
   const PythonWorkerOptions options_;
+  const DeclaredOutputs declared_;  // options_' outputs
   const PythonWorkerHooks hooks_;
   std::mutex batch_mutex_;
   mutable std::mutex link_mutex_;

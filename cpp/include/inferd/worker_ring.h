@@ -41,6 +41,12 @@ enum class MessageKind : uint32_t {
   // after it answered the batch. An answer it did not take (the result counts those it took), and
   // the answer of a call still in flight then, goes over the control channel instead.
   kCallResult = 4,
+  // worker -> server: one response of a decoupled model's request, sent as the model sends it:
+  // `batch` the server's number of its batch, `count` the request's index in it, `floor` 1 when
+  // it is the request's final one. Its ResponseDescription (a list of one) and tensors are in
+  // `outputs` at [offset, offset + length); length 0: the final flag alone. The server copies
+  // them out on receipt and counts the message in RingHeader::streamed_taken (see there).
+  kResponse = 5,
 };
 
 // One slot. `floor`: in an execute, the offset in `outputs` from which the worker may write its
@@ -164,6 +170,10 @@ struct RingHeader {
   uint32_t slot_bytes;
   SlotQueue to_worker;
   SlotQueue to_server;
+  // A decoupled model's worker streams responses (kResponse) through `outputs`, written one after
+  // another; the server counts each it has copied out here (written by the server only). The
+  // worker starts again at the arena's start only once every response it sent was taken.
+  alignas(64) std::atomic<uint64_t> streamed_taken;
 };
 
 // One end of a channel: the server's or the worker's. Thread rules: one thread sends and one
@@ -200,6 +210,12 @@ class WorkerRing {
   Wait wait(int timeout_ms, int also = -1, std::chrono::microseconds spin = std::chrono::microseconds{0});
   // Ends a wait() of this end from another thread: it returns kWoken (or kMessage if one is in).
   void wake() const;
+  // How many messages the other side has put on the inbound queue so far (a free-running count,
+  // as the queue's counters): what a receiver has to take to have taken everything sent by now.
+  uint32_t inbound_sent() const;
+  // RingHeader::streamed_taken: the server's count of streamed responses copied out.
+  uint64_t streamed_taken() const;
+  void set_streamed_taken(uint64_t taken);
 
  private:
   WorkerRing(Side side, SharedRegion ring, SharedRegion inputs, SharedRegion outputs, Doorbell to_worker,

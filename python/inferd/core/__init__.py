@@ -39,6 +39,7 @@ from inferd.core.python_worker import (
     CancellationFlag,
     ModelCalls,
     PythonWorkerSession,
+    StreamedResponses,
     WorkerRing,
 )
 from inferd.core.scheduler import (
@@ -88,6 +89,7 @@ __all__ = [
     "SharedMemoryRegistry",
     "StagingExecutor",
     "StatusCode",
+    "StreamedResponses",
     "TensorSignature",
     "TraceBudget",
     "TraceSampling",

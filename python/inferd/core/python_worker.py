@@ -9,5 +9,7 @@ import inferd._core as _core
 WorkerRing = _core.WorkerRing
 CancellationFlag = _core.CancellationFlag
 PythonWorkerSession = _core.PythonWorkerSession
+# A decoupled model's responses, streamed on its worker's ring (streamed_responses.h).
+StreamedResponses = _core.StreamedResponses
 # Python models' calls to other models as the core routes them (cpp/include/inferd/model_calls.h).
 ModelCalls = _core.ModelCalls

@@ -82,6 +82,7 @@ class _CoreAnswers:
     ) -> None:
         self._executor = executor
         self._respond = respond
+        self.core: DecoupledResponses | None = respond
         self._requested = [request.requested_output_names for request in batch]
 
     def respond(self, index: int, response: PythonResponse) -> None:

@@ -16,12 +16,18 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from inferd.core import DecoupledResponses
 from inferd.python_backend import ipc
 from inferd.python_backend.worker_io import PythonRequest, PythonResponse
 
 
 class DecoupledAnswers(Protocol):
-    """Where a decoupled batch's answers go, by request index, from any thread."""
+    """Where a decoupled batch's answers go, by request index, from any thread. ``core``: the
+    core's object behind them, which takes a request's responses that are not final straight
+    from the core's reader of the worker's ring (None: every answer comes through here)."""
+
+    @property
+    def core(self) -> DecoupledResponses | None: ...
 
     def respond(self, index: int, response: PythonResponse) -> object:
         """One more response, not the last."""

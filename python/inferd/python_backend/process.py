@@ -5,15 +5,19 @@ answer per request. A model that is not decoupled is served over a shared-memory
 core (``session``: a ``PythonWorkerSession``, cpp/include/inferd/python_worker_executor.h), which
 the core's scheduler runs without Python in this process; this handle starts the worker with
 the ring's descriptors and attaches each started worker to the session. A decoupled model's
-batches go over the control socket as JSON (``execute``, its responses streamed back): the call
+batches go over the control socket as JSON (``execute``) and its responses come back on its ring,
+each read by the core (``StreamedResponses``, cpp/include/inferd/streamed_responses.h): the call
 returns once the model's ``execute`` has, and each request's answers go on reaching its batch's
-``DecoupledAnswers`` (open_batches.py) from the reader thread until its final one.
+``DecoupledAnswers`` (open_batches.py) until its final one, those that are not final straight
+from the core's reader to the core, the final ones through ``_deliver_streamed``.
 
-A thread per started worker reads its control socket: the model's log records, its BLS calls,
-``is_cancelled`` questions and a decoupled model's responses are handled there as they come,
-everything else is queued for the caller waiting on the worker. Calls block; they are meant for
-one core worker thread at a time (locks make concurrent callers wait their turn). Lock order:
-the session's ``exclusive()``, then ``_lock``; ``_open_lock`` is taken alone.
+A thread per started worker reads its control socket: the model's log records, its BLS calls and
+``is_cancelled`` questions are handled there as they come, everything else is queued for the
+caller waiting on the worker; when the socket ends, it stops the worker's StreamedResponses
+(which first delivers what the worker streamed) before the worker's open requests fail. Calls
+block; they are meant for one core worker thread at a time (locks make concurrent callers wait
+their turn). Lock order: the session's ``exclusive()``, then ``_lock``; ``_open_lock`` is taken
+alone.
 
 A worker that dies (a crash, SIGKILL, ``os._exit`` in model code) makes the call in flight raise
 ``WorkerDied`` naming the model, version, instance and how the process ended; ``restart()``
@@ -53,7 +57,13 @@ import numpy as np
 import structlog
 
 from inferd import errors
-from inferd.core import CancellationFlag, ModelCalls, PythonWorkerSession, WorkerRing
+from inferd.core import (
+    CancellationFlag,
+    ModelCalls,
+    PythonWorkerSession,
+    StreamedResponses,
+    WorkerRing,
+)
 from inferd.datatypes import DATATYPES
 from inferd.python_backend import ipc
 from inferd.python_backend.bls import ModelCall, ModelCaller, call_chain
@@ -208,6 +218,27 @@ def _session_of(process: PythonModelProcess, spec: WorkerSpec) -> PythonWorkerSe
     )
 
 
+def _streams_of(
+    process: PythonModelProcess, spec: WorkerSpec, ring: WorkerRing
+) -> StreamedResponses:
+    """The core's reader of a decoupled instance's streamed responses; what it does not hand to
+    the core itself goes to the process, held weakly (as in ``_session_of``)."""
+    handle = weakref.ref(process)
+
+    def deliver(
+        batch: int,
+        index: int,
+        final: bool,
+        response: tuple[list[tuple[str, Any]] | None, str | None] | None,
+    ) -> None:
+        alive = handle()
+        if alive is not None:
+            alive._deliver_streamed(batch, index, final, response)
+
+    output_names, output_types = _tensors(json.loads(spec.model_config_json), "output")
+    return StreamedResponses(ring, spec.model_name, output_names, output_types, deliver)
+
+
 def _watch_cancellations(
     flags: list[tuple[Callable[[], bool], CancellationFlag]], done: threading.Event
 ) -> None:
@@ -225,6 +256,8 @@ def _watch_cancellations(
 class _GatheredAnswers:
     """A decoupled batch's answers waited out: streamed responses to ``respond`` (dropped
     without one), each request's final answer kept for ``wait``."""
+
+    core = None  # every answer comes through Python
 
     def __init__(self, count: int, respond: Respond | None) -> None:
         self._respond = respond
@@ -274,6 +307,8 @@ class PythonModelProcess:
         self._channel: ipc.Channel | None = None
         self._inbox: queue.Queue[tuple[ipc.Message, list[int]] | None] | None = None
         self._inputs: ipc.ArenaWriter | None = None
+        # A decoupled model's started worker: the core's reader of its streamed responses.
+        self._streams: StreamedResponses | None = None
         self._start_timeout_s = 60.0
         # A decoupled model's batch whose execute runs, and every batch with a request still
         # open, by number (the worker's messages name theirs): under _open_lock.
@@ -364,17 +399,20 @@ class PythonModelProcess:
             raise errors.FailedPrecondition(f"{self._spec.describe()} is already started")
         python = self._python()
         try:
-            ring = None if self.session is None else WorkerRing(self._spec.instance_name)
+            ring = WorkerRing(self._spec.instance_name)
         except OSError as error:
             reason = f"{self._spec.describe()}: no shared memory: {error}"
             raise WorkerStartFailed(reason) from error
+        streams = None if self.session is not None else _streams_of(self, self._spec, ring)
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        passed = (child_end.fileno(), *(() if ring is None else ring.descriptors))
+        passed = (child_end.fileno(), *ring.descriptors)
         try:
             self._process = launch(
                 self._command(python, child_end.fileno(), ring), passed, self._spec.instance_name
             )
         except OSError as error:
+            if streams is not None:
+                streams.stop()
             parent_end.close()
             reason = f"{self._spec.describe()}: cannot start {python}: {error}"
             raise WorkerStartFailed(reason) from error
@@ -389,9 +427,10 @@ class PythonModelProcess:
         ).start()
         self._channel = ipc.Channel(parent_end)
         self._inbox = queue.Queue()
+        self._streams = streams
         threading.Thread(
             target=self._read,
-            args=(self._channel, self._inbox),
+            args=(self._channel, self._inbox, streams),
             name=f"inferd-read-{self._spec.instance_name}",
             daemon=True,
         ).start()
@@ -420,11 +459,10 @@ class PythonModelProcess:
         if message.get("type") != "ready":
             self._kill_and_discard()
             raise WorkerStartFailed(f"{self._spec.describe()}: unexpected {message.get('type')!r}")
-        if ring is not None:
-            if not message.get("ring"):
-                self._kill_and_discard()
-                raise WorkerStartFailed(f"{self._spec.describe()}: the worker took no ring")
-            assert self.session is not None
+        if not message.get("ring"):
+            self._kill_and_discard()
+            raise WorkerStartFailed(f"{self._spec.describe()}: the worker took no ring")
+        if self.session is not None:
             self.session.attach(ring, os.pidfd_open(self._process.pid))
 
     def execute(
@@ -457,21 +495,23 @@ class PythonModelProcess:
         the batch) and ``errors.Unavailable`` when no worker is running.
         """
         with self._lock:
-            channel = self._channel
-            if channel is None or self._inputs is None:
+            channel, streams = self._channel, self._streams
+            if channel is None or self._inputs is None or streams is None:
                 raise errors.Unavailable(f"{self._spec.describe()} is not running")
             message, fds = self._batch_message(requests)
             self._batch_id += 1
             message["batch"] = self._batch_id
             batch = OpenBatch(self._batch_id, requests, answers, channel)
-            # Before the send: the reader thread routes the batch's answers and questions.
+            # Before the send: the readers route the batch's answers and questions.
             with self._open_lock:
                 self._open[batch.number] = batch
+            requested = [list(request.requested_output_names) for request in requests]
+            streams.open(batch.number, answers.core, requested)
             self._batch = batch
             with contextlib.suppress(OSError):  # the worker is gone: _receive names how it ended
                 self._send(message, fds)
             try:
-                self._await_executed(batch)
+                self._await_executed(batch, streams)
             finally:
                 self._batch = None
                 batch.executed = True
@@ -508,9 +548,10 @@ class PythonModelProcess:
         message["arena_size"] = replaced.size
         return message, (replaced.fd,)
 
-    def _await_executed(self, batch: OpenBatch) -> None:
+    def _await_executed(self, batch: OpenBatch, streams: StreamedResponses) -> None:
         """Waits for the worker's word that ``execute`` returned (its failure ends every request
-        still open), ending overdue requests and cancelling abandoned BLS calls meanwhile."""
+        still open, after what the model streamed before it), ending overdue requests and
+        cancelling abandoned BLS calls meanwhile."""
         all_ended_at: float | None = None
         check_at = time.monotonic()
         while True:
@@ -534,29 +575,45 @@ class PythonModelProcess:
             if message.get("type") != "result":
                 raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
             if message.get("error") is not None:  # execute raised: it ends every open request
+                streams.sync()
                 batch.finish_open(PythonResponse(error=str(message["error"])))
             return
 
-    def _route_response(self, message: ipc.Message, fds: list[int]) -> None:
-        """A decoupled request's response, from the reader thread: to its batch's answers
-        (dropped when the request or its batch already ended)."""
+    def _deliver_streamed(
+        self,
+        number: int,
+        index: int,
+        final: bool,
+        response: tuple[list[tuple[str, Any]] | None, str | None] | None,
+    ) -> None:
+        """A streamed response the core's reader did not hand to the core itself (a final one,
+        or one of a batch answered through Python): to its batch's answers (dropped when the
+        request or its batch already ended)."""
         with self._open_lock:
-            batch = self._open.get(message.get("batch"))  # type: ignore[arg-type]
-        response = self._streamed(message, fds)
-        index = message.get("index")
-        if batch is None or not isinstance(index, int) or not 0 <= index < len(batch.requests):
+            batch = self._open.get(number)
+        if batch is None or not 0 <= index < len(batch.requests):
             return
-        if message.get("final"):
-            has_response = "outputs" in message or "error" in message
-            batch.finish(index, response if has_response else None)
+        streamed: PythonResponse | None = None
+        if response is not None:
+            outputs, error = response
+            streamed = (
+                PythonResponse(error=error)
+                if error is not None
+                else PythonResponse(outputs=dict(outputs or ()))
+            )
+        if final:
+            batch.finish(index, streamed)
             self._forget_if_done(batch)
-        else:
-            batch.respond(index, response)
+        elif streamed is not None:
+            batch.respond(index, streamed)
 
     def _forget_if_done(self, batch: OpenBatch) -> None:
         if batch.executed and batch.all_ended():
             with self._open_lock:
                 self._open.pop(batch.number, None)
+            streams = self._streams
+            if streams is not None:
+                streams.forget(batch.number)
 
     def _end_overdue(self, batch: OpenBatch, now: float) -> None:
         """Ends each open request of ``batch`` that was cancelled or passed its deadline at
@@ -692,15 +749,6 @@ class PythonModelProcess:
         if abandoned:
             self._calls.cancel_all()
 
-    def _streamed(self, message: ipc.Message, fds: list[int]) -> PythonResponse:
-        """A ``response`` message's response, its tensors copied out of their arena."""
-        if "error" in message:
-            for fd in fds:
-                os.close(fd)
-            return PythonResponse(error=str(message["error"]))
-        refs = [ipc.TensorRef.from_message(m) for m in message.get("outputs", ())]
-        return PythonResponse(outputs=ipc.copy_out(message, fds, refs))
-
     def _receive(
         self, deadline: float | None, abandon: threading.Event | None = None
     ) -> ipc.Message:
@@ -745,13 +793,17 @@ class PythonModelProcess:
             return received
 
     def _read(
-        self, channel: ipc.Channel, inbox: queue.Queue[tuple[ipc.Message, list[int]] | None]
+        self,
+        channel: ipc.Channel,
+        inbox: queue.Queue[tuple[ipc.Message, list[int]] | None],
+        streams: StreamedResponses | None,
     ) -> None:
         """The reader of one started worker's control socket, until it closes (the worker ended,
         or the server discarded it): log lines logged, BLS calls started, ``is_cancelled``
         answered, everything else queued for whoever waits on the worker (None at the end).
         While the worker is silent, the batch's BLS calls are cancelled once its every request
-        ended. Closes the channel when it ends."""
+        ended. At the end, the worker's streamed responses (a decoupled model's) are delivered
+        and their reader stopped before its open requests fail, and the channel is closed."""
         check_at = time.monotonic() + _LIVENESS_POLL_S
         try:
             while True:
@@ -765,9 +817,7 @@ class PythonModelProcess:
                         continue
                 message, fds = channel.receive()
                 kind = message.get("type")
-                if kind == "response":
-                    self._route_response(message, fds)
-                elif kind == "log":
+                if kind == "log":
                     self._log_record(message)
                     for fd in fds:
                         os.close(fd)
@@ -780,9 +830,13 @@ class PythonModelProcess:
                 else:
                     inbox.put((message, fds))
         except (ipc.ChannelClosed, OSError, ValueError):
+            if streams is not None:
+                streams.stop()
             self._fail_open(channel)
             inbox.put(None)
         finally:
+            if streams is not None:
+                streams.stop()
             channel.close()
 
     def _answer_cancelled(self, message: ipc.Message) -> None:
@@ -890,4 +944,5 @@ class PythonModelProcess:
         self._channel = None
         self._inbox = None
         self._inputs = None
+        self._streams = None  # stopped by its reader thread, which sees the channel's end
         self._process = None

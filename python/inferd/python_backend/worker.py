@@ -6,11 +6,12 @@ Run by ``PythonModelProcess`` (process.py) as::
         --model-file PATH --fd FD
 
 The command line names the model, version and instance so that operators find the process
-with ``ps``. ``--fd`` is the worker's end of the control socket (ipc.py). A model that is not
-decoupled also gets ``--ring`` (the shared-memory ring's five descriptors) and
-``--worker-module`` (inferd._worker's file): its batches come over the ring, and the loop that
-serves them is C++ (cpp/worker/worker_loop.h), calling the model's ``execute``; the control
-socket then carries the rest (initialize, stop, log records, BLS calls). The worker imports
+with ``ps``. ``--fd`` is the worker's end of the control socket (ipc.py). Every worker also gets
+``--ring`` (the shared-memory ring's five descriptors) and ``--worker-module`` (inferd._worker's
+file). A model that is not decoupled takes its batches over the ring, and the loop that serves
+them is C++ (cpp/worker/worker_loop.h), calling the model's ``execute``; the control socket then
+carries the rest (initialize, stop, log records, BLS calls). A decoupled model takes its batches
+over the control socket and sends its responses on the ring (``WorkerLoop.respond``). The worker imports
 ``model.py`` from its path with inferd's ``triton_python_backend_utils`` in place, builds
 ``TritonPythonModel``, calls ``initialize(args)`` with the args Triton documents (every value a
 string), then serves batches one at a time until told to stop, when it calls ``finalize()``.
@@ -21,8 +22,9 @@ only its own request; ``execute`` returning anything but one response per reques
 whole batch saying so.
 
 Decoupled models (``model_transaction_policy { decoupled: true }``): each request carries a
-response sender; every ``send`` goes to the parent at once as a ``response`` message (its tensors
-in a shared-memory arena of their own, since several may be in flight), the final flag included.
+response sender; every ``send`` goes to the parent at once as one ring message (its tensors in
+the ring's outputs arena, which the parent copies them out of as they come), the final flag
+included.
 ``execute`` returns None; a batch is over for the parent once ``execute`` has returned and every
 request has sent its final flag (from ``execute`` or from a thread of the model's own).
 
@@ -242,7 +244,7 @@ class ModelWorker:
 
     def _serve_batches(self) -> None:
         """Executes batches until the server says stop."""
-        if self._ring is not None:
+        if self._ring is not None and not self._decoupled:
             self._ring.serve(
                 self._model.execute,
                 self._ring_request,
@@ -260,7 +262,7 @@ class ModelWorker:
             if kind == "stop":
                 return
             # Only a decoupled model's batches come here; the others' come on the ring.
-            if kind != "execute" or self._ring is not None or not self._decoupled:
+            if kind != "execute" or not self._decoupled:
                 raise ValueError(f"unknown control message {kind!r}")
             self._inputs.adopt(message, fds)
             self._execute(int(message.get("batch", 0)), list(message["requests"]))
@@ -354,23 +356,22 @@ class ModelWorker:
         final: bool,
         requested: list[str],
     ) -> None:
-        """One response of a decoupled request (None: the final flag alone) to the parent."""
-        message: ipc.Message = {"type": "response", "batch": batch, "index": index, "final": final}
-        if response is None:
-            self.send(message)
-            return
-        if response.has_error():
-            error = response.error()
-            message["error"] = "" if error is None else str(error.message())
-            self.send(message)
-            return
-        name = f"inferd-response-{self._options.instance}"
+        """One response of a decoupled request (None: the final flag alone) to the parent: one
+        ring message, its tensors in the ring's outputs arena."""
+        outputs: list[tuple[str, npt.NDArray[Any]]] | None = None
+        error: str | None = None
+        if response is not None and response.has_error():
+            failure = response.error()
+            error = "" if failure is None else str(failure.message())
+        elif response is not None:
+            try:
+                outputs = _outputs_of(response, requested)
+            except (TypeError, ValueError) as failure:
+                raise pb_utils.TritonModelException(str(failure)) from failure
         try:
-            placed = ipc.TensorMessage(name, message, "outputs", _outputs_of(response, requested))
-        except (TypeError, ValueError) as error:
-            raise pb_utils.TritonModelException(str(error)) from error
-        with placed:
-            self.send(placed.message, placed.fds, placed.payload)
+            self._ring.respond(batch, index, final, outputs, error)
+        except ValueError as failure:
+            raise pb_utils.TritonModelException(str(failure)) from failure
 
     def _call_model(
         self, request: pb_utils.InferenceRequest, decoupled: bool
