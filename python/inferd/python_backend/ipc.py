@@ -9,7 +9,7 @@ Two channels:
   side.
 * Tensor bytes live in shared memory: an ``Arena`` is a memfd (``os.memfd_create``) mapped by
   both processes. They are never pickled. The exception is a ``TensorMessage``'s tensors
-  (a streamed response, a BLS call or its answer) of at most ``INLINE_MAX_BYTES`` together: they
+  (a BLS call or its answer on the control socket) of at most ``INLINE_MAX_BYTES`` together: they
   follow the message's JSON on the socket, raw (the message says how many bytes: ``inline``), a
   memfd of their own costing more than the copy.
 
@@ -20,12 +20,10 @@ Ownership (one batch in flight per worker, so no arena is ever written by two pr
   the arena again until the worker's ``result`` (or the worker's death). The worker reads it
   through zero-copy numpy views; those views are valid until its reply, so a model must copy an
   input it keeps past ``execute``.
-* The output arena is created and written by the worker only, between receiving ``execute`` and
-  sending its ``result``. The parent reads it after ``result`` and copies the outputs out before
-  it sends the next batch.
-* An arena too small is replaced, never resized in place: its owner creates a larger one and
-  sends its descriptor with the next message that uses it (``execute`` for inputs, ``result``
-  for outputs); the receiver maps it and drops the old mapping.
+* Answers do not come back this way: a decoupled model's responses cross the worker's ring
+  (cpp/include/inferd/worker_ring.h), as every other model's batches do.
+* An arena too small is replaced, never resized in place: the parent creates a larger one and
+  sends its descriptor with the next ``execute``; the worker maps it and drops the old mapping.
 
 BYTES tensors are carried in the arena in the protocol's serialization (each element a 4-byte
 little-endian length, then its bytes) and decoded into numpy object arrays of ``bytes``.
@@ -379,8 +377,8 @@ class ArenaReader:
 
 class TensorMessage:
     """A control message with tensors in a shared-memory arena of its own, for a message that is
-    not part of the batch protocol (a BLS call, its answer, a decoupled model's streamed
-    response): several may be in flight at once, so none can share the batch arenas.
+    not part of the batch protocol (a BLS call or its answer on the control socket): several may
+    be in flight at once, so none can share the batch arenas.
 
     Building it places the tensors (TypeError or ValueError for one no arena holds) and puts
     their refs under ``key``; send ``message`` with ``fds``, inside ``with``, which closes this
