@@ -11,8 +11,8 @@ with ``ps``. ``--fd`` is the worker's end of the control socket (ipc.py). Every 
 file). A model that is not decoupled takes its batches over the ring, and the loop that serves
 them is C++ (cpp/worker/worker_loop.h), calling the model's ``execute``; the control socket then
 carries the rest (initialize, stop, log records, BLS calls). A decoupled model takes its batches
-over the control socket and sends its responses on the ring (``WorkerLoop.respond``). The worker imports
-``model.py`` from its path with inferd's ``triton_python_backend_utils`` in place, builds
+over the control socket and sends its responses on the ring (``WorkerLoop.respond``). The worker
+imports ``model.py`` from its path with inferd's ``triton_python_backend_utils`` in place, builds
 ``TritonPythonModel``, calls ``initialize(args)`` with the args Triton documents (every value a
 string), then serves batches one at a time until told to stop, when it calls ``finalize()``.
 
