@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "inferd/dynamic_batcher.h"
 #include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
+#include "inferd/sequence_batcher.h"
 
 namespace py = pybind11;
 
@@ -131,6 +133,54 @@ void register_batching(py::module_& m) {
       .def_readonly("preserve_ordering", &BatcherOptions::preserve_ordering)
       .def_readonly("padding", &BatcherOptions::padding);
   define_value_methods(options_type);
+
+  py::class_<SequenceOptions>(
+      m, "SequenceOptions",
+      "How a stateful model version's requests are queued and batched: its config's sequence_batching section "
+      "(sequence_batcher.h).")
+      .def(py::init([](const std::string& strategy, uint64_t max_sequence_idle_us, uint64_t max_queue_delay_us,
+                       double minimum_slot_utilization, uint32_t max_candidate_sequences,
+                       std::vector<int64_t> preferred_batch_sizes, const std::vector<py::tuple>& controls) {
+             SequenceOptions options;
+             if (strategy == "oldest") {
+               options.strategy = SequenceOptions::Strategy::kOldest;
+             } else if (strategy != "direct") {
+               throw std::invalid_argument("strategy: 'direct' or 'oldest', not '" + strategy + "'");
+             }
+             options.max_sequence_idle = std::chrono::microseconds(max_sequence_idle_us);
+             options.max_queue_delay = std::chrono::microseconds(max_queue_delay_us);
+             options.minimum_slot_utilization = minimum_slot_utilization;
+             options.max_candidate_sequences = max_candidate_sequences;
+             options.preferred_batch_sizes = std::move(preferred_batch_sizes);
+             static const std::map<std::string, SequenceControl::Kind> kinds{
+                 {"START", SequenceControl::Kind::kStart},
+                 {"END", SequenceControl::Kind::kEnd},
+                 {"READY", SequenceControl::Kind::kReady},
+                 {"CORRID", SequenceControl::Kind::kCorrelationId}};
+             for (const py::tuple& control : controls) {
+               const auto kind = kinds.find(control[0].cast<std::string>());
+               if (kind == kinds.end()) throw std::invalid_argument("unknown control kind");
+               const int code = control[2].cast<int>();
+               if (!is_valid_datatype(code))
+                 throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+               options.controls.push_back(SequenceControl{kind->second, control[1].cast<uint32_t>(),
+                                                          static_cast<DataType>(code), control[3].cast<double>(),
+                                                          control[4].cast<double>()});
+             }
+             return options;
+           }),
+           py::kw_only(), py::arg("strategy") = "direct", py::arg("max_sequence_idle_us") = 1'000'000,
+           py::arg("max_queue_delay_us") = 0, py::arg("minimum_slot_utilization") = 0.0,
+           py::arg("max_candidate_sequences") = 1, py::arg("preferred_batch_sizes") = std::vector<int64_t>{},
+           py::arg("controls") = std::vector<py::tuple>{},
+           "controls: (kind START, END, READY or CORRID, the input's index in the model's inputs, datatype code, "
+           "false value, true value).")
+      .def_property_readonly("oldest",
+                             [](const SequenceOptions& o) { return o.strategy == SequenceOptions::Strategy::kOldest; })
+      .def_property_readonly(
+          "max_sequence_idle_us",
+          [](const SequenceOptions& o) { return static_cast<uint64_t>(o.max_sequence_idle.count()); })
+      .def_property_readonly("controls", [](const SequenceOptions& o) { return o.controls.size(); });
 
   py::class_<PinnedBufferPool, std::shared_ptr<PinnedBufferPool>>(m, "PinnedBufferPool")
       .def(py::init<size_t, bool>(), py::arg("capacity_bytes"), py::arg("use_cuda") = true)

@@ -40,7 +40,7 @@ struct DestroyWithoutGil {
 std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name, const BatcherOptions& batching,
                                           const py::list& executors, const std::vector<int>& output_types,
                                           std::shared_ptr<CompletionQueue> completions,
-                                          std::shared_ptr<PinnedBufferPool> pool) {
+                                          std::shared_ptr<PinnedBufferPool> pool, const SequenceOptions* sequence) {
   std::vector<DataType> types;
   for (int code : output_types) {
     if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
@@ -52,6 +52,10 @@ std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name, const B
     instances.push_back(native ? std::move(native) : std::make_unique<PythonExecutor>(executor, types));
   }
   SchedulerOptions options{model_name, batching};
+  if (sequence != nullptr) {
+    options.sequence_batching = true;
+    options.sequence = *sequence;
+  }
   return std::shared_ptr<Scheduler>(
       std::make_unique<Scheduler>(std::move(options), std::move(instances), std::move(completions), std::move(pool))
           .release(),
@@ -214,8 +218,16 @@ void register_scheduler(py::module_& m) {
            "Answer a request that has not started computing CANCELLED; False if it is already running or done.");
   py::class_<Scheduler, RequestScheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
       .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
-           py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"),
-           "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray].")
+           py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"), py::arg("sequence") = nullptr,
+           "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray]. "
+           "sequence: a stateful model's SequenceOptions (its requests then queue by sequence).")
+      .def(
+          "sequence_counts",
+          [](const Scheduler& scheduler) {
+            const SequenceCounts counts = scheduler.sequence_counts();
+            return py::make_tuple(counts.active, counts.backlog, counts.idle_ended);
+          },
+          "A stateful model's sequences: (active, in the backlog, ended for being idle so far); zeros otherwise.")
       .def(
           "submit",
           [](Scheduler& scheduler, uint64_t token, int64_t batch_size, const py::list& inputs, uint32_t priority,

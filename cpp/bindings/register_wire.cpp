@@ -24,13 +24,14 @@ DataType datatype(int code) {
 std::shared_ptr<ModelSignature> make_signature(std::string name, std::string version, int64_t max_batch_size,
                                                const std::vector<py::tuple>& inputs,
                                                const std::vector<py::tuple>& outputs, bool decoupled,
-                                               bool keeps_parameters) {
+                                               bool keeps_parameters, bool sequence_batching) {
   auto signature = std::make_shared<ModelSignature>();
   signature->name = std::move(name);
   signature->version = std::move(version);
   signature->max_batch_size = max_batch_size;
   signature->decoupled = decoupled;
   signature->keeps_parameters = keeps_parameters;
+  signature->sequence_batching = sequence_batching;
   for (const py::tuple& t : inputs) {
     InputSignature in;
     in.name = t[0].cast<std::string>();
@@ -40,6 +41,7 @@ std::shared_ptr<ModelSignature> make_signature(std::string name, std::string ver
     if (in.has_reshape) in.reshape = t[3].cast<std::vector<int64_t>>();
     in.optional = t[4].cast<bool>();
     in.utf8 = t[5].cast<bool>();
+    in.control = t.size() > 6 && t[6].cast<bool>();
     signature->inputs.push_back(std::move(in));
   }
   for (const py::tuple& t : outputs) {
@@ -97,12 +99,16 @@ py::bytes write_response(const InferenceRequest& request, const std::vector<Tens
 
 void register_wire(py::module_& m) {
   py::class_<ModelSignature, std::shared_ptr<ModelSignature>>(m, "ModelSignature")
-      .def(py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"), py::arg("inputs"),
-           py::arg("outputs"), py::arg("decoupled") = false, py::arg("keeps_parameters") = false,
-           "inputs: (name, datatype code, dims, reshape or None, optional, utf8); outputs: (name, datatype code, "
-           "dims, has_reshape); decoupled: model_transaction_policy { decoupled: true } (served on "
-           "ModelStreamInfer only); keeps_parameters: requests keep their own parameters as JSON (python "
-           "models). What the core checks requests against and writes answers from.")
+      .def(
+          py::init(&make_signature), py::arg("name"), py::arg("version"), py::arg("max_batch_size"), py::arg("inputs"),
+          py::arg("outputs"), py::arg("decoupled") = false, py::arg("keeps_parameters") = false,
+          py::arg("sequence_batching") = false,
+          "inputs: (name, datatype code, dims, reshape or None, optional, utf8[, control]); outputs: (name, datatype "
+          "code, "
+          "dims, has_reshape); decoupled: model_transaction_policy { decoupled: true } (served on "
+          "ModelStreamInfer only); keeps_parameters: requests keep their own parameters as JSON (python "
+          "models); sequence_batching: requests belong to sequences, control inputs written by the core. What the core "
+          "checks requests against and writes answers from.")
       .def_property_readonly("name", [](const ModelSignature& s) { return s.name; })
       .def_property_readonly("version", [](const ModelSignature& s) { return s.version; })
       .def_property_readonly("decoupled", [](const ModelSignature& s) { return s.decoupled; });

@@ -93,8 +93,8 @@ Status match_inputs(const BuildContext& build, std::vector<int>* given) {
   std::set<std::string_view> unexpected;
   for (size_t i = 0; i < build.parsed.inputs.size(); ++i) {
     const std::string_view name = build.parsed.inputs[i].name;
-    auto spec =
-        std::find_if(model.inputs.begin(), model.inputs.end(), [&](const InputSignature& s) { return s.name == name; });
+    auto spec = std::find_if(model.inputs.begin(), model.inputs.end(),
+                             [&](const InputSignature& s) { return s.name == name && !s.control; });
     if (spec == model.inputs.end()) {
       unexpected.insert(name);
       continue;
@@ -105,7 +105,9 @@ Status match_inputs(const BuildContext& build, std::vector<int>* given) {
   }
   if (!unexpected.empty()) {
     std::set<std::string_view> expected;
-    for (const InputSignature& s : model.inputs) expected.insert(s.name);
+    for (const InputSignature& s : model.inputs) {
+      if (!s.control) expected.insert(s.name);
+    }
     return invalid(build.model_text + " has no input(s) " + names_text(unexpected) + "; its inputs are " +
                    names_text(expected));
   }
@@ -276,7 +278,7 @@ Status build_inputs(const BuildContext& build, InferenceRequest* out) {
   for (size_t m = 0; m < model.inputs.size(); ++m) {
     const InputSignature& spec = model.inputs[m];
     if (given[m] < 0) {
-      if (spec.optional) {
+      if (spec.optional || spec.control) {  // a control input is written at batching
         out->inputs.push_back(Tensor::Absent(spec.dtype));
         continue;
       }
@@ -363,7 +365,7 @@ Status build_inference_request(const std::shared_ptr<const ModelSignature>& sign
   if (status.ok()) status = check_wire_outputs(parsed, &build.layout);
   if (status.ok()) status = build_inputs(build, out);
   if (status.ok()) status = build_outputs(build, out);
-  if (status.ok()) status = read_request_parameters(parsed, signature->keeps_parameters, out);
+  if (status.ok()) status = read_request_parameters(parsed, *signature, out);
   if (!status.ok()) return status;
   out->checked = true;
   out->signature = signature;

@@ -1,5 +1,6 @@
 #include "inferd/scheduler.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -8,8 +9,29 @@
 
 #include "decoupled_batch.h"
 #include "inferd/model_signature.h"
+#include "inferd/structured_log.h"
 
 namespace inferd {
+namespace {
+
+std::unique_ptr<RequestBatcher> batcher_for(const SchedulerOptions& options, size_t instances) {
+  if (!options.sequence_batching) return std::make_unique<DynamicBatcher>(options.batching);
+  SequenceOptions sequence = options.sequence;
+  sequence.max_batch_size = options.batching.max_batch_size;
+  sequence.instances = static_cast<uint32_t>(std::max<size_t>(instances, 1));
+  // Triton ends such a sequence silently; users ask to hear of it (server#3492, #6846).
+  sequence.idle_ended = [model = options.model_name, timeout = sequence.max_sequence_idle](const SequenceFlags& ended) {
+    if (!core_logs(LogLevel::kWarning)) return;
+    LogRecord("sequence ended: idle past max_sequence_idle_microseconds", LogLevel::kWarning)
+        .add("model", model)
+        .add("sequence_id", ended.shown())
+        .add("max_sequence_idle_microseconds", std::to_string(timeout.count()))
+        .write();
+  };
+  return std::make_unique<SequenceBatcher>(std::move(sequence));
+}
+
+}  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Executor>> instances,
                      std::shared_ptr<CompletionQueue> completions, std::shared_ptr<PinnedBufferPool> pool)
@@ -17,7 +39,8 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       instances_(std::move(instances)),
       completions_(std::move(completions)),
       pool_(std::move(pool)),
-      batcher_(options_.batching),
+      batcher_(batcher_for(options_, instances_.size())),
+      sequences_(options_.sequence_batching ? static_cast<SequenceBatcher*>(batcher_.get()) : nullptr),
       decoupled_(std::make_shared<DecoupledRequests>(
           [this](std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing) {
             complete_open(std::move(request), std::move(result), timing);
@@ -56,13 +79,13 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
                            "input " + std::to_string(i) + " of model '" + options_.model_name + "': " + valid.message);
     }
   }
-  Status status = batcher_.enqueue(std::move(request));
+  Status status = batcher_->enqueue(std::move(request));
   if (!status.ok()) status.message = "model '" + options_.model_name + "': " + status.message;
   return status;
 }
 
 bool Scheduler::cancel(uint64_t token) {
-  auto request = batcher_.cancel(token);
+  auto request = batcher_->cancel(token);
   if (!request) {
     // Running, or between the batcher and its executor (staging: the cancel is remembered).
     running_.cancel(token);
@@ -74,10 +97,10 @@ bool Scheduler::cancel(uint64_t token) {
 
 void Scheduler::shutdown(ShutdownMode mode) {
   std::lock_guard<std::mutex> lock(shutdown_mutex_);
-  batcher_.close();
+  batcher_->close();
   if (mode == ShutdownMode::kReject || instances_.empty()) {
     const Status status = Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded");
-    for (auto& request : batcher_.take_all()) fail(std::move(request), status);
+    for (auto& request : batcher_->take_all()) fail(std::move(request), status);
   }
   for (auto& worker : workers_) {
     if (worker.joinable()) worker.join();
@@ -112,7 +135,14 @@ void Scheduler::deliver(Completion&& completion) {
   }
 }
 
+SequenceCounts Scheduler::sequence_counts() const {
+  if (sequences_ == nullptr) return {};
+  return SequenceCounts{sequences_->active_sequences(), sequences_->backlog_sequences(), sequences_->idle_ended()};
+}
+
 void Scheduler::complete(Completion&& completion, uint64_t sequence) {
+  // A stateful model's sequence may go on with its next request now.
+  if (completion.request != nullptr) batcher_->finished(*completion.request);
   if (!options_.batching.preserve_ordering) {
     deliver(std::move(completion));
     return;

@@ -13,11 +13,11 @@
 
 namespace inferd {
 
-bool Scheduler::take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch) {
+bool Scheduler::take_batch(uint32_t instance, std::vector<std::unique_ptr<InferenceRequest>>* batch) {
   batch->clear();
   std::vector<Rejection> rejected;
   // next_batch returns false only once the batcher is closed and empty: nothing accepted is left.
-  while (batcher_.next_batch(batch, &rejected)) {
+  while (batcher_->next_batch(instance, batch, &rejected)) {
     for (auto& [request, status] : rejected) fail(std::move(request), status);
     rejected.clear();
     if (!batch->empty()) return true;
@@ -28,7 +28,7 @@ bool Scheduler::take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch
 void Scheduler::run_expiry_watch() {
   pthread_setname_np(pthread_self(), "inferd-expiry");
   std::vector<Rejection> rejected;
-  while (batcher_.next_expired(&rejected)) {
+  while (batcher_->next_expired(&rejected)) {
     for (auto& [request, status] : rejected) fail(std::move(request), status);
     rejected.clear();
   }
@@ -37,7 +37,7 @@ void Scheduler::run_expiry_watch() {
 void Scheduler::run_instance(Executor* executor, uint32_t instance) {
   pthread_setname_np(pthread_self(), "inferd-worker");  // benchmarks group per-thread CPU by name
   std::vector<std::unique_ptr<InferenceRequest>> batch;
-  while (take_batch(&batch)) {
+  while (take_batch(instance, &batch)) {
     StagedBatch staged = stage_batch(executor, &batch);
     execute_batch(executor, instance, &staged, nullptr);
   }
@@ -51,7 +51,7 @@ void Scheduler::run_pipelined_instance(Executor* executor, uint32_t instance) {
   std::thread stager([&] {
     pthread_setname_np(pthread_self(), "inferd-stager");
     std::vector<std::unique_ptr<InferenceRequest>> batch;
-    while (take_batch(&batch)) {
+    while (take_batch(instance, &batch)) {
       slot.begin_staging();
       slot.put(stage_batch(executor, &batch));
     }

@@ -140,7 +140,7 @@ TEST(BuildInferenceRequest, ARequestAskingForASequenceIsRefusedNamingTheParamete
   for (const auto& [name, parameters] : asking) {
     auto refused = build(model, inputs + parameters);
     EXPECT_EQ(refused->status.code, StatusCode::kInvalidArgument) << name;
-    EXPECT_EQ(refused->status.message.find("request parameter '" + name + "': sequences are not supported yet"), 0u)
+    EXPECT_EQ(refused->status.message.find("request parameter '" + name + "': the model has no sequence batching"), 0u)
         << refused->status.message;
   }
   auto stateless = build(model, inputs + parameter(4, "sequence_id", vfield(2, 0)) +

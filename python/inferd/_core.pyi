@@ -60,6 +60,26 @@ class Padding:
     @property
     def outputs(self) -> list[list[tuple[int, int]]]: ...
 
+class SequenceOptions:
+    def __init__(
+        self,
+        *,
+        strategy: str = "direct",
+        max_sequence_idle_us: int = 1_000_000,
+        max_queue_delay_us: int = 0,
+        minimum_slot_utilization: float = 0.0,
+        max_candidate_sequences: int = 1,
+        preferred_batch_sizes: list[int] = ...,
+        # (kind, input index, datatype code, false value, true value)
+        controls: list[tuple[str, int, int, float, float]] = ...,
+    ) -> None: ...
+    @property
+    def oldest(self) -> bool: ...
+    @property
+    def max_sequence_idle_us(self) -> int: ...
+    @property
+    def controls(self) -> int: ...
+
 class BatcherOptions:
     def __init__(
         self,
@@ -341,10 +361,11 @@ class ModelSignature:
         name: str,
         version: str,
         max_batch_size: int,
-        inputs: list[tuple[str, int, list[int], tuple[int, ...] | None, bool, bool]],
+        inputs: list[tuple[str, int, list[int], tuple[int, ...] | None, bool, bool, bool]],
         outputs: list[tuple[str, int, list[int], bool]],
         decoupled: bool = False,
         keeps_parameters: bool = False,
+        sequence_batching: bool = False,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -475,7 +496,10 @@ class Scheduler(RequestScheduler):
         output_datatypes: list[int],
         completions: CompletionQueue,
         pool: PinnedBufferPool,
+        sequence: SequenceOptions | None = None,
     ) -> None: ...
+    # (active, in the backlog, ended for being idle so far)
+    def sequence_counts(self) -> tuple[int, int, int]: ...
     def submit(
         self,
         token: int,

@@ -208,6 +208,7 @@ def _model_counters(registry: ModelRegistry) -> list[ModelCounters]:
             m.scheduler.statistics(),
             m.scheduler.pending_requests(),
             _ensemble_steps(m),
+            m.scheduler.sequence_counts(),
         )
         for m in registry.published()
     ]

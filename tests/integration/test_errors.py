@@ -339,7 +339,7 @@ def test_a_request_of_a_sequence_is_refused_until_sequences_exist(
         client.infer("simple", _pair(rng, *GOOD), **sequence)  # type: ignore[arg-type]
     error = excinfo.value
     assert error.status() == "StatusCode.INVALID_ARGUMENT", error
-    assert f"request parameter '{named}': sequences are not supported yet" in error.message()
+    assert f"request parameter '{named}': the model has no sequence batching" in error.message()
     # Over a stream too, and the stream goes on.
     answers: list[tuple[object, object]] = []
     client.start_stream(callback=lambda result, error: answers.append((result, error)))
@@ -350,5 +350,5 @@ def test_a_request_of_a_sequence_is_refused_until_sequences_exist(
         client.stop_stream()
     assert len(answers) == 2
     failed = [err for _, err in answers if err is not None]
-    assert len(failed) == 1 and "sequences are not supported yet" in str(failed[0]), answers
+    assert len(failed) == 1 and "the model has no sequence batching" in str(failed[0]), answers
     assert_serving(client)

@@ -283,7 +283,7 @@ def pad(key: str, value: str) -> str:
             "pad with 0 only",
         ),
         ("FP32", "dynamic_batching { } " + pad("outputs", "OUTPUT0"), "need inferd.pad_inputs"),
-        ("FP32", "sequence_batching { }", "sequence_batching is not supported"),
+        ("FP32", "sequence_batching { } " + pad("inputs", "INPUT0"), "need dynamic_batching"),
     ],
 )
 def test_bad_batching_settings_fail_the_load(

@@ -12,6 +12,7 @@
 
 #include "inferd/inference_request.h"
 #include "inferd/padding.h"
+#include "inferd/request_batcher.h"
 
 namespace inferd {
 
@@ -36,9 +37,6 @@ struct BatcherOptions {
   bool preserve_ordering = false;                        // read by the scheduler
   Padding padding;                                       // padded inputs are bucketed by rank only
 };
-
-// A request the batcher took out of its queues unanswered, and the status to answer it with.
-using Rejection = std::pair<std::unique_ptr<InferenceRequest>, Status>;
 
 // How often requests arrive while a batcher is busy (a request already queued, or a batch it
 // handed out still running), per second of busy time: exponentially decayed counts of those
@@ -91,32 +89,37 @@ class BusyArrivalRate {
 // Invariant: a request is in exactly one queue, or handed out exactly once (batch, rejection or
 // cancel). Every method is thread-safe: all state, the estimate included, is guarded by one
 // mutex (no atomics, so no memory-ordering subtleties).
-class DynamicBatcher {
+class DynamicBatcher final : public RequestBatcher {
  public:
   explicit DynamicBatcher(BatcherOptions options);
 
   // Queues `request`, or fails leaving it with the caller: INVALID_ARGUMENT for a priority above
   // the levels, RESOURCE_EXHAUSTED when its level's queue is full, UNAVAILABLE once closed.
   // Never blocks beyond the internal lock.
-  Status enqueue(std::unique_ptr<InferenceRequest>&& request);
+  Status enqueue(std::unique_ptr<InferenceRequest>&& request) override;
 
   // Blocks until a batch is due or requests must be answered without running. Fills `batch`
   // (maybe empty) and `rejected`; returns false only when closed and nothing is left. A call is
   // taken to mean its caller is free again: the batch it took last, if any, has finished running.
+  // Every instance takes from the same queues.
   bool next_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch, std::vector<Rejection>* rejected);
+  bool next_batch(uint32_t, std::vector<std::unique_ptr<InferenceRequest>>* batch,
+                  std::vector<Rejection>* rejected) override {
+    return next_batch(batch, rejected);
+  }
 
   // For one expiry-watching thread: blocks until queued requests' deadlines or queue timeouts pass
   // and moves them into `rejected` (true), so they are answered when due although every
   // next_batch caller is busy computing; false once closed. Requests without either never wake it.
-  bool next_expired(std::vector<Rejection>* rejected);
+  bool next_expired(std::vector<Rejection>* rejected) override;
   // Takes the request with `token` out of the queues; nullptr if it is not waiting (running or done).
-  std::unique_ptr<InferenceRequest> cancel(uint64_t token);
+  std::unique_ptr<InferenceRequest> cancel(uint64_t token) override;
 
   // Ends intake and wakes waiters; queued requests still leave through next_batch.
-  void close();
+  void close() override;
   // Removes every waiting request (for a shutdown that rejects them).
-  std::vector<std::unique_ptr<InferenceRequest>> take_all();
-  size_t size() const;
+  std::vector<std::unique_ptr<InferenceRequest>> take_all() override;
+  size_t size() const override;
   // The arrival estimate the waiting rule reads now, in requests per second of busy time (prior
   // included). Thread-safe; never blocks beyond the internal lock.
   double busy_arrival_rate() const;

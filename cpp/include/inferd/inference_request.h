@@ -52,6 +52,20 @@ class CompletionSink {
   virtual bool streams_responses() const { return false; }
 };
 
+// A request's place in a sequence of a stateful model (Triton's `sequence_id`, `sequence_start` and
+// `sequence_end` request parameters): `id` or, for a string id, `string_id` (never both; a
+// request of no sequence has neither).
+struct SequenceFlags {
+  uint64_t id = 0;
+  std::string string_id;
+  bool start = false;
+  bool end = false;
+
+  bool any() const { return id != 0 || !string_id.empty(); }
+  // The id as messages show it.
+  std::string shown() const { return string_id.empty() ? std::to_string(id) : "'" + string_id + "'"; }
+};
+
 // One inference request as the core sees it: already decoded and validated against the model by
 // the caller, inputs in the model's input order. `token` is the caller's handle for the answer.
 struct InferenceRequest {
@@ -62,7 +76,8 @@ struct InferenceRequest {
   uint32_t priority = 0;    // 1 = highest; 0 = the model's default level
   uint64_t timeout_us = 0;  // the request's queue timeout, when the policy lets it override; 0 = none
   Clock::time_point deadline = Clock::time_point::max();  // the caller's deadline
-  bool checked = false;  // inputs already checked against their shapes (build_inference_request)
+  bool checked = false;          // inputs already checked against their shapes (build_inference_request)
+  SequenceFlags sequence_flags;  // a stateful model's request: its sequence (SequenceBatcher)
 
   // For a request that came as protocol bytes: what its answer is written from (null otherwise).
   std::shared_ptr<const ModelSignature> signature;

@@ -24,6 +24,9 @@ struct InputSignature {
   std::vector<int64_t> reshape;
   bool optional = false;  // a request may leave it out
   bool utf8 = false;      // BYTES elements must be UTF-8 text (ONNX strings)
+  // A stateful model's control input (sequence_batching.control_input): the core writes it into
+  // each request (SequenceBatcher); a client that gives it is refused, as for any unknown input.
+  bool control = false;
 };
 
 struct OutputSignature {
@@ -47,6 +50,9 @@ struct ModelSignature {
   // Requests keep their own parameters as JSON (InferenceRequest::parameters_json): Triton's python
   // backend hands them to model code as request.parameters().
   bool keeps_parameters = false;
+  // sequence_batching: requests belong to sequences (the sequence_id, sequence_start and
+  // sequence_end parameters), queued by a SequenceBatcher.
+  bool sequence_batching = false;
 };
 
 // Checks `parsed` against `signature` and fills `out` (an empty request) with the model's inputs

@@ -16,8 +16,10 @@
 #include "inferd/inference_request.h"
 #include "inferd/model_statistics.h"
 #include "inferd/pinned_buffer_pool.h"
+#include "inferd/request_batcher.h"
 #include "inferd/request_scheduler.h"
 #include "inferd/running_requests.h"
+#include "inferd/sequence_batcher.h"
 
 namespace inferd {
 
@@ -26,9 +28,23 @@ class DecoupledRequests;
 struct SchedulerOptions {
   std::string model_name;  // used in messages only
   BatcherOptions batching;
+  // A stateful model (sequence_batching): its requests are queued by a SequenceBatcher with
+  // `sequence`, and `batching` gives only max_batch_size and preserve_ordering.
+  bool sequence_batching = false;
+  SequenceOptions sequence;
 };
 
-// Runs one model version: its DynamicBatcher and one worker thread per executor instance. Each
+// A stateful model's sequences now: active (holding a place), in the backlog, and ended for
+// being idle since the scheduler started.
+struct SequenceCounts {
+  size_t active = 0;
+  size_t backlog = 0;
+  uint64_t idle_ended = 0;
+};
+
+// Runs one model version: its batcher (a DynamicBatcher, or a SequenceBatcher for a stateful
+// model, whose sequences ended for being idle are logged here) and one worker thread per executor
+// instance. Each
 // worker, when free, takes the next batch from the batcher, gathers its inputs into a buffer from
 // the pinned pool, runs its executor, scatters the outputs back per request and completes them.
 // With several instances, one assembles its batch while another computes. An expiry thread
@@ -95,7 +111,8 @@ class Scheduler final : public RequestScheduler {
 
   // Thread-safe, non-blocking snapshots.
   StatisticsSnapshot statistics() const { return statistics_.snapshot(); }
-  size_t pending_requests() const { return batcher_.size(); }
+  size_t pending_requests() const { return batcher_->size(); }
+  SequenceCounts sequence_counts() const;
   const BatcherOptions& batcher_options() const { return options_.batching; }
 
  private:
@@ -105,7 +122,7 @@ class Scheduler final : public RequestScheduler {
   struct StagedBatch;
   class StagedBatchSlot;
   // The next non-empty batch (rejections answered on the way); false once the batcher has ended.
-  bool take_batch(std::vector<std::unique_ptr<InferenceRequest>>* batch);
+  bool take_batch(uint32_t instance, std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void run_instance(Executor* executor, uint32_t instance);
   void run_pipelined_instance(Executor* executor, uint32_t instance);
   // Answers requests whose deadline or queue timeout passes while every worker is busy.
@@ -143,7 +160,8 @@ class Scheduler final : public RequestScheduler {
   std::vector<std::unique_ptr<Executor>> instances_;
   std::shared_ptr<CompletionQueue> completions_;
   std::shared_ptr<PinnedBufferPool> pool_;
-  DynamicBatcher batcher_;
+  const std::unique_ptr<RequestBatcher> batcher_;
+  SequenceBatcher* const sequences_;  // batcher_, for a stateful model; else null
   ModelStatistics statistics_;
   RunningRequests running_;  // the requests of batches executors answer request by request
   // Decoupled batches with a request still open after their execute returned.

@@ -34,7 +34,7 @@ from inferd.core.native import (
     set_onnxruntime_logging,
     shown_message,
 )
-from inferd.core.policy import BatcherOptions, Padding, QueuePolicy
+from inferd.core.policy import BatcherOptions, Padding, QueuePolicy, SequenceOptions
 from inferd.core.python_worker import (
     CancellationFlag,
     ModelCalls,
@@ -86,6 +86,7 @@ __all__ = [
     "QueuePolicy",
     "RequestAnsweringExecutor",
     "SchedulerDirectory",
+    "SequenceOptions",
     "SharedMemoryRegistry",
     "StagingExecutor",
     "StatusCode",

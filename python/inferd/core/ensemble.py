@@ -123,6 +123,10 @@ class EnsembleScheduler:
         """Requests accepted and not yet answered (their steps queue in the composing models)."""
         return int(self._core.pending_requests())
 
+    def sequence_counts(self) -> None:
+        """An ensemble has no sequences of its own (its config may not set sequence_batching)."""
+        return None
+
     def statistics(self) -> _core.StatisticsSnapshot:
         """The ensemble's own statistics in a model's shape, as Triton reports an ensemble: one
         execution per request, rows as inferences, queue and compute durations its steps' summed."""

@@ -16,7 +16,7 @@ import structlog
 
 import inferd._core as _core
 from inferd.core.executor import Executor
-from inferd.core.policy import BatcherOptions
+from inferd.core.policy import BatcherOptions, SequenceOptions
 from inferd.datatypes import Datatype
 from inferd.errors import ErrorCode, InvalidArgument, error_for_code
 
@@ -71,13 +71,16 @@ def core_signature(
     decoupled: bool = False,
     keeps_parameters: bool = False,
     bytes_are_text: bool = True,
+    controls: Sequence[TensorSignature] = (),
+    sequence_batching: bool = False,
 ) -> ModelSignature:
     """What the core checks a model version's requests against and writes its answers from.
     ``decoupled``: the model's ``model_transaction_policy { decoupled: true }`` (any number of
     responses per request: the core's transport serves it on ModelStreamInfer only);
     ``keeps_parameters``: requests keep their own parameters (a python model's
     ``request.parameters()``); ``bytes_are_text``: BYTES inputs must be UTF-8 (ONNX strings; a
-    python model takes any bytes)."""
+    python model takes any bytes); ``controls``: a stateful model's control inputs, after its
+    inputs, written by the core into each request (the model then has sequence batching)."""
     return _core.ModelSignature(
         name,
         version,
@@ -92,12 +95,18 @@ def core_signature(
                 t.reshape,
                 t.optional,
                 t.datatype.is_bytes and bytes_are_text,
+                False,
             )
             for t in inputs
+        ]
+        + [
+            (t.name, t.datatype.config_type, list(t.dims), None, False, False, True)
+            for t in controls
         ],
         [(t.name, t.datatype.config_type, list(t.dims), t.reshape is not None) for t in outputs],
         decoupled=decoupled,
         keeps_parameters=keeps_parameters,
+        sequence_batching=bool(controls) or sequence_batching,
     )
 
 
@@ -234,10 +243,12 @@ class ModelScheduler:
         batching: BatcherOptions,
         executors: list[Executor],
         output_datatypes: list[int],
+        sequence: SequenceOptions | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._executors = executors
         self._signature = signature
+        self._stateful = sequence is not None
         self._core = _core.Scheduler(
             signature.name,
             batching,
@@ -246,6 +257,7 @@ class ModelScheduler:
             output_datatypes,
             dispatcher.queue,
             pool.core,
+            sequence,
         )
 
     async def infer(
@@ -323,6 +335,11 @@ class ModelScheduler:
     def pending_requests(self) -> int:
         """Requests waiting in the queue now (not yet in a batch)."""
         return self._core.pending_requests()
+
+    def sequence_counts(self) -> tuple[int, int, int] | None:
+        """A stateful model's sequences: (active, in the backlog, ended for being idle so far);
+        None for a model without sequence batching."""
+        return self._core.sequence_counts() if self._stateful else None
 
     def statistics(self) -> _core.StatisticsSnapshot:
         """A snapshot of the version's cumulative statistics: read-only attributes, durations as

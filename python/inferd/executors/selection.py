@@ -27,6 +27,7 @@ from inferd.python_backend.model_config import config_json, execution_env
 from inferd.python_backend.worker_io import WorkerSpec
 from inferd.repository.config import PYTHON_BACKEND
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
+from inferd.repository.sequence_config import control_inputs, model_input_names
 
 
 def create_executors(
@@ -58,7 +59,7 @@ def create_executors(
         if config.backend == PYTHON_BACKEND:
             return PythonBackendExecutor(
                 python_worker_spec(config, model_file, placement, index),
-                [t.name for t in config.input],
+                model_input_names(config),
                 [t.name for t in config.output],
                 model_caller=model_caller,
                 model_calls=model_calls,
@@ -91,7 +92,7 @@ def _onnxruntime_executor(
     """A CPU instance runs in the core, without the GIL, when ONNX Runtime's library loads; a
     GPU instance keeps the Python executor (IOBinding on its stream), pipelined
     (StagingExecutor); a CPU one without the library has nothing to stage."""
-    inputs = [t.name for t in config.input]
+    inputs = model_input_names(config)
     outputs = [t.name for t in config.output]
     if not placement.on_gpu and native_onnxruntime().version is not None:
         return NativeOnnxRuntimeExecutor(
@@ -130,4 +131,5 @@ def python_worker_spec(
         instance_kind="GPU" if placement.on_gpu else "CPU",
         device_id=max(placement.device_id, 0),
         execution_env=execution_env(config, model_dir),
+        controls=tuple((c.name, c.datatype.config_type) for c in control_inputs(config)),
     )

@@ -35,10 +35,12 @@ from inferd.models.warmup import WarmupLimits, warm_up, warmup_samples
 from inferd.repository import (
     ModelRepository,
     batcher_options,
+    control_inputs,
     gpu_accelerator,
     instance_placements,
     load_model_config,
     model_filename,
+    sequence_options,
     stated_config,
 )
 from inferd.repository.config import ENSEMBLE_PLATFORM, PYTHON_BACKEND
@@ -210,6 +212,7 @@ class ModelVersionBuilder:
     ) -> LoadedModel:
         model_file = self._repository.model_file(name, version, model_filename(config))
         batching = batcher_options(config)
+        sequence = sequence_options(config)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
@@ -255,10 +258,13 @@ class ModelVersionBuilder:
                 # A python model reads its requests' parameters and takes BYTES as any bytes.
                 keeps_parameters=config.backend == PYTHON_BACKEND,
                 bytes_are_text=config.backend != PYTHON_BACKEND,
+                controls=control_inputs(config),
+                sequence_batching=sequence is not None,
             ),
             batching,
             executors,
             [t.datatype.config_type for t in outputs],
+            sequence,
         )
         return LoadedModel(name, version, config, inputs, outputs, scheduler)
 

@@ -365,6 +365,7 @@ class ModelRegistry:
                 version=version,
                 max_batch_size=model.max_batch_size,
                 dynamic_batching=model.scheduler.batching.dynamic,
+                sequence_batching=model.scheduler.sequence_counts() is not None,
                 instances=len(model.scheduler.executors),
             )
         self._changed()

@@ -83,6 +83,7 @@ class CoreStatisticsCollector(Collector):
         yield from _queue_and_batch_sizes(counters)
         yield from _latency_histograms(counters)
         yield _responses(counters)
+        yield from _sequences(counters)
         yield from _ensemble_steps(counters)
 
 
@@ -167,6 +168,37 @@ def _responses(counters: list[ModelCounters]) -> Metric:
     for c in counters:
         responses.add_metric([c.name, c.version], c.statistics.responses)
     return responses
+
+
+def _sequences(counters: list[ModelCounters]) -> Iterator[Metric]:
+    """A stateful model's sequences (sequence_batching): those holding a batch slot or
+    candidacy, those waiting for one, and those ended for being idle past
+    max_sequence_idle_microseconds. Only models with sequence batching have samples."""
+    active = GaugeMetricFamily(
+        "inferd_sequences_active",
+        "Sequences of a stateful model holding a place (a direct slot, an oldest candidacy)",
+        labels=MODEL_LABELS,
+    )
+    backlog = GaugeMetricFamily(
+        "inferd_sequences_backlog",
+        "Sequences of a stateful model waiting for a place",
+        labels=MODEL_LABELS,
+    )
+    idle = CounterMetricFamily(
+        "inferd_sequences_idle_ended",
+        "Sequences ended by the server for being idle past max_sequence_idle_microseconds",
+        labels=MODEL_LABELS,
+    )
+    for c in counters:
+        if c.sequences is None:
+            continue
+        labels = [c.name, c.version]
+        active.add_metric(labels, c.sequences[0])
+        backlog.add_metric(labels, c.sequences[1])
+        idle.add_metric(labels, c.sequences[2])
+    yield active
+    yield backlog
+    yield idle
 
 
 def _ensemble_steps(counters: list[ModelCounters]) -> Iterator[Metric]:

@@ -30,3 +30,5 @@ class ModelCounters:
     statistics: StatisticsSnapshot
     pending: int
     steps: tuple[EnsembleStepCounters, ...] = ()
+    # A stateful model's sequences: (active, in the backlog, ended for being idle so far).
+    sequences: tuple[int, int, int] | None = None

@@ -203,6 +203,9 @@ def _session_of(process: PythonModelProcess, spec: WorkerSpec) -> PythonWorkerSe
 
     config = json.loads(spec.model_config_json)
     input_names, input_types = _tensors(config, "input")
+    # A stateful model's control inputs follow, written by the core into each request.
+    input_names += [name for name, _ in spec.controls]
+    input_types += [code for _, code in spec.controls]
     output_names, output_types = _tensors(config, "output")
     return PythonWorkerSession(
         spec.model_name,

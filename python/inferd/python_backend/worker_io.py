@@ -39,6 +39,9 @@ class WorkerSpec:
     device_id: int = 0
     # A virtualenv directory (parameters EXECUTION_ENV_PATH): the worker runs <env>/bin/python.
     execution_env: Path | None = None
+    # A stateful model's control inputs (sequence_batching), after the config's inputs: (name,
+    # datatype code) each; the core writes them into every request.
+    controls: tuple[tuple[str, int], ...] = ()
 
     def initialize_args(self) -> dict[str, str]:
         """``initialize(args)``'s argument: Triton's keys, every value a string."""

@@ -89,8 +89,10 @@ def complete_config(
     skip = 1 if config.max_batch_size > 0 else 0
     if not config.input:
         # Triton's completion lists the inputs a request must give; weights that a request may
-        # override stay out unless the config names them.
-        for t in (t for t in inputs if not t.has_default):
+        # override stay out unless the config names them, and so do the control inputs the core
+        # writes (sequence_batching).
+        controls = {c.name for c in config.sequence_batching.control_input}
+        for t in (t for t in inputs if not t.has_default and t.name not in controls):
             config.input.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
     if not config.output:
         for t in outputs:
@@ -163,6 +165,8 @@ def check_against_model(
                 )
         if complete:
             required = {t.name for t in declared if not t.has_default}
+            if kind == "input":  # the core writes a stateful model's control inputs
+                seen |= {c.name for c in config.sequence_batching.control_input}
             missing = sorted(required - seen)
             if missing:
                 raise ModelLoadError(

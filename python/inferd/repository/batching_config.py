@@ -1,4 +1,5 @@
-"""A config's batching and padding policy: its dynamic_batching section, and inferd's padding
+"""A config's batching and padding policy: its dynamic_batching section (sequence_batching's
+max_batch_size and preserve_ordering: sequence_config.py reads the rest), and inferd's padding
 parameters (variable-length inputs padded to the longest of their batch), checked and read into
 the core's ``BatcherOptions``: the one place the config's batching settings are read."""
 
@@ -16,9 +17,23 @@ def batcher_options(config: ModelConfig) -> BatcherOptions:
     """The completed config's dynamic_batching section and padding parameters as the core's
     options, checked."""
     name = config.name
-    if config.WhichOneof("scheduling_choice") not in (None, "dynamic_batching"):
+    if config.WhichOneof("scheduling_choice") not in (
+        None,
+        "dynamic_batching",
+        "sequence_batching",
+    ):
         raise ModelLoadError(
             f"model {name!r}: {config.WhichOneof('scheduling_choice')} is not supported"
+        )
+    if config.HasField("sequence_batching"):
+        # Its requests queue by sequence (sequence_config.py); only these two are read here.
+        if any(key in config.parameters for key in PADDING_KEYS):
+            raise ModelLoadError(f"model {name!r}: padding parameters need dynamic_batching")
+        oldest = config.sequence_batching.oldest
+        return BatcherOptions(
+            dynamic=False,
+            max_batch_size=int(config.max_batch_size),
+            preserve_ordering=bool(oldest.preserve_ordering),
         )
     if not config.HasField("dynamic_batching"):
         if any(key in config.parameters for key in PADDING_KEYS):

@@ -14,6 +14,7 @@ _SUPPORTED_TREES = frozenset(
     {
         "version_policy",
         "dynamic_batching",
+        "sequence_batching",  # sequence_config.py refuses what of it is not served yet
         "parameters",
         "model_warmup",
         "input.reshape",

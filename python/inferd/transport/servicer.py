@@ -37,6 +37,8 @@ EXTENSIONS = [
     "logging",
     "parameters",
     "binary_tensor_data",
+    "sequence",  # sequence_batching: sequence_id, sequence_start, sequence_end
+    "sequence(string_id)",
 ]
 
 # Set by the core's server on an inference it forwards from a listener that serves shared memory

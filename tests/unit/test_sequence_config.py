@@ -1,0 +1,113 @@
+"""A config's sequence_batching section as the core takes it (repository/sequence_config.py):
+the options and control inputs read, and every shape Triton does not accept refused at load
+with a message naming the field."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import text_format
+
+from inferd._proto.model_config_pb2 import ModelConfig
+from inferd.errors import ModelLoadError
+from inferd.repository.sequence_config import (
+    control_inputs,
+    model_input_names,
+    sequence_options,
+)
+
+BASE = """name: "m" backend: "python" max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+START = '{ name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }'
+CORRID = '{ name: "ID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }'
+READY = (
+    '{ name: "READY" control [ { kind: CONTROL_SEQUENCE_READY '
+    "bool_false_true: [ false, true ] } ] }"
+)
+
+
+def config(section: str) -> ModelConfig:
+    return text_format.Parse(BASE + "sequence_batching { " + section + " }", ModelConfig())
+
+
+def test_a_section_reads_into_options_and_control_inputs_after_the_models_inputs() -> None:
+    parsed = config(f"control_input [ {START}, {CORRID}, {READY} ]")
+    options = sequence_options(parsed)
+    assert options is not None
+    assert not options.oldest
+    assert options.max_sequence_idle_us == 1_000_000  # 0 means Triton's 1 s
+    assert options.controls == 3
+    controls = control_inputs(parsed)
+    assert [(c.name, c.kind, c.datatype.name) for c in controls] == [
+        ("START", "START", "INT32"),
+        ("ID", "CORRID", "BYTES"),
+        ("READY", "READY", "BOOL"),
+    ]
+    assert model_input_names(parsed) == ["INPUT", "START", "ID", "READY"]
+
+
+def test_oldest_reads_its_candidates() -> None:
+    options = sequence_options(
+        config("max_sequence_idle_microseconds: 5000 oldest { max_candidate_sequences: 8 }")
+    )
+    assert options is not None and options.oldest
+    assert options.max_sequence_idle_us == 5000
+
+
+def test_a_model_without_the_section_has_no_sequences() -> None:
+    plain = text_format.Parse(BASE, ModelConfig())
+    assert sequence_options(plain) is None
+    assert control_inputs(plain) == []
+    assert model_input_names(plain) == ["INPUT"]
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (
+            'state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+            "sequence_batching.state \\(implicit state\\) is not supported yet",
+        ),
+        ("iterative_sequence: true", "iterative_sequence is not supported yet"),
+        ("oldest { max_candidate_sequences: 0 }", "max_candidate_sequences 0 is outside"),
+        (
+            "oldest { max_candidate_sequences: 2 preferred_batch_size: [ 9 ] }",
+            "preferred_batch_size 9 is outside 1..4",
+        ),
+        ("direct { minimum_slot_utilization: 1.5 }", "minimum_slot_utilization 1.5 is outside"),
+        (
+            'control_input [ { name: "INPUT" control [ { kind: CONTROL_SEQUENCE_START '
+            "int32_false_true: [ 0, 1 ] } ] } ]",
+            "needs a name of its own",
+        ),
+        (
+            'control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START '
+            "int32_false_true: [ 0, 1 ] }, { kind: CONTROL_SEQUENCE_END "
+            "int32_false_true: [ 0, 1 ] } ] } ]",
+            "needs exactly one control, has 2",
+        ),
+        (
+            'control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START } ] } ]',
+            "needs one of int32_false_true, fp32_false_true or bool_false_true",
+        ),
+        (
+            'control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START '
+            "int32_false_true: [ 0, 1, 2 ] } ] } ]",
+            "with two values",
+        ),
+        (
+            'control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID '
+            "data_type: TYPE_FP32 } ] } ]",
+            "CORRID control's data_type must be",
+        ),
+        (
+            f'control_input [ {START}, {{ name: "S2" control [ {{ kind: CONTROL_SEQUENCE_START '
+            "int32_false_true: [ 0, 1 ] } ] } ]",
+            "a second START control",
+        ),
+    ],
+)
+def test_what_triton_would_not_accept_fails_the_load(section: str, message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        sequence_options(config(section))
