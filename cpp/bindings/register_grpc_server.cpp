@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -164,6 +165,14 @@ void register_grpc_server(py::module_& m) {
           py::arg("calls"),
           "Python models' calls (ModelCalls) are routed by this server's serving snapshot from here on, as "
           "its clients' requests are.")
+      .def(
+          "settle",
+          [](GrpcServer& server, int64_t timeout_ms) {
+            return server.state().settle(std::chrono::milliseconds(timeout_ms));
+          },
+          py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>(),
+          "Waits until no call that read an earlier snapshot can still submit by it (see ServingState), "
+          "at most timeout_ms; False when it timed out. GIL released.")
       .def("publish", &publish, py::arg("live"), py::arg("ready"), py::arg("accepting"), py::arg("forward_inference"),
            py::arg("tracing"), py::arg("routes"),
            py::arg("weights") = std::vector<std::tuple<std::string, std::vector<std::tuple<std::string, uint64_t>>>>{},

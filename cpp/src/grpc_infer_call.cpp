@@ -64,7 +64,9 @@ class InferCall final : public UnaryCall, public CompletionSink {
       fail(to_grpc_status(status));
       return;
     }
-    const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
+    // Counted until this request is submitted: its version is not closed before (settle()).
+    const ServingState::Reading reading = transport_->state.read();
+    const std::shared_ptr<const ServingSnapshot>& snapshot = reading.snapshot();
     std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
     if (snapshot->forward_inference) {
       forward(route.get());  // Python samples and traces it by its own rule

@@ -280,7 +280,9 @@ class StreamInferCall final : public grpc::ServerGenericBidiReactor, public Comp
     std::optional<std::string_view> routing;
     status = routing_key(parsed.parameters, &routing);
     if (!status.ok()) return answer_error(to_grpc_status(status), std::string(parsed.id), /*ends_request=*/true);
-    const std::shared_ptr<const ServingSnapshot> snapshot = transport_->state.current();
+    // Counted until this request is submitted: its version is not closed before (settle()).
+    const ServingState::Reading reading = transport_->state.read();
+    const std::shared_ptr<const ServingSnapshot>& snapshot = reading.snapshot();
     const std::shared_ptr<const ModelRoute> route = snapshot->find(parsed.model_name, parsed.model_version, routing);
     // A decoupled model's requests stay in the core even when Python traces by its own rule (its
     // path answers once per request).

@@ -314,7 +314,9 @@ class HttpGenerateCall final : public CompletionSink {
 
 void serve_generate_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpEndpoint& endpoint,
                              HttpRequest request, std::shared_ptr<HttpResponder> responder) {
-  const std::shared_ptr<const ServingSnapshot> snapshot = shared->transport->state.current();
+  // Counted until this request is submitted: its version is not closed before (settle()).
+  const ServingState::Reading reading = shared->transport->state.read();
+  const std::shared_ptr<const ServingSnapshot>& snapshot = reading.snapshot();
   const std::shared_ptr<const ModelRoute> route = snapshot->find(endpoint.model, endpoint.version, std::nullopt);
   if (route == nullptr) {
     return serve_unrouted_inference(shared, endpoint, std::move(request), std::move(responder));

@@ -197,7 +197,9 @@ void serve_infer_endpoint(const std::shared_ptr<HttpShared>& shared, const HttpE
   std::optional<std::string_view> routing;
   status = routing_key(decoded->parsed.parameters, &routing);
   if (!status.ok()) return responder->answer(error_answer(status));
-  const std::shared_ptr<const ServingSnapshot> snapshot = shared->transport->state.current();
+  // Counted until this request is submitted: its version is not closed before (settle()).
+  const ServingState::Reading reading = shared->transport->state.read();
+  const std::shared_ptr<const ServingSnapshot>& snapshot = reading.snapshot();
   std::shared_ptr<const ModelRoute> route =
       snapshot->find(decoded->parsed.model_name, decoded->parsed.model_version, routing);
   if (route == nullptr) return serve_unrouted_inference(shared, endpoint, std::move(request), std::move(responder));

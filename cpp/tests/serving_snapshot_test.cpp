@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +74,23 @@ TEST(ServingSnapshot, ANamedVersionAndMetadataBypassTheWeights) {
   const ServingSnapshot snapshot = canary_snapshot();
   EXPECT_EQ(snapshot.find("canary", "5", key_of(key_parameter("user-1")))->version, "5");
   EXPECT_EQ(snapshot.find("canary", "")->version, "5");  // ModelMetadata/ModelConfig's default
+}
+
+TEST(ServingState, SettleWaitsForTheReadingsOfEarlierSnapshotsOnly) {
+  using namespace std::chrono_literals;
+  ServingState state;
+  EXPECT_TRUE(state.settle(0ms));  // nothing read
+  std::optional<ServingState::Reading> old_reading(state.read());
+  const auto old_snapshot = old_reading->snapshot();
+  state.publish(std::make_shared<const ServingSnapshot>());
+  ServingState::Reading new_reading = state.read();  // of the new snapshot: settle does not wait for it
+  EXPECT_NE(new_reading.snapshot(), old_snapshot);
+  EXPECT_FALSE(state.settle(50ms));  // a call that read the old one may still submit by it
+  auto settled = std::async(std::launch::async, [&state] { return state.settle(5000ms); });
+  EXPECT_EQ(settled.wait_for(100ms), std::future_status::timeout);
+  old_reading.reset();  // that call submitted
+  ASSERT_EQ(settled.wait_for(2s), std::future_status::ready);
+  EXPECT_TRUE(settled.get());
 }
 
 TEST(RoutingKey, AKeyThatIsNotAStringIsInvalid) {

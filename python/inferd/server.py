@@ -361,6 +361,7 @@ async def create_server(
     state = ServerState()
     publisher = ServingPublisher(listeners.transport, models.dataplane, state, telemetry)
     models.registry.add_listener(publisher.publish)
+    models.registry.add_settler(listeners.transport.settle)
     servicer = InferenceServicer(
         models.dataplane,
         models.control,

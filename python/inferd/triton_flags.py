@@ -310,7 +310,8 @@ TRITON_FLAGS: tuple[TritonFlag, ...] = (
     ),
     _ignored(
         "--cuda-virtual-address-size",
-        "sizes implicit sequence state, which inferd does not serve yet (such a config fails its load)",
+        "sizes implicit sequence state, which inferd does not serve yet (such a config fails "
+        "its load)",
     ),
     _ignored(
         "--min-supported-compute-capability",

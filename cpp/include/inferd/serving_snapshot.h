@@ -1,5 +1,7 @@
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,22 +85,75 @@ struct ServingSnapshot {
 };
 
 // Holds the current snapshot. Readers take a reference (a short lock, no copy); publish() swaps
-// in a new one. Thread-safe.
+// in a new one. A call that routes a request takes a Reading, counted until it is dropped (once
+// the request is submitted): settle() waits until the readings of earlier snapshots are gone, so
+// that a version a new snapshot no longer routes to is closed only once no call can still submit
+// to it (a reload under traffic loses no request to "the model is shutting down").
+// Thread-safe; lock rule: mutex_ guards every member.
 class ServingState {
  public:
+  // A call's read of the current snapshot, counted while it lives. Move-only.
+  class Reading {
+   public:
+    Reading(const Reading&) = delete;
+    Reading& operator=(const Reading&) = delete;
+    Reading(Reading&& other) noexcept
+        : state_(std::exchange(other.state_, nullptr)), snapshot_(std::move(other.snapshot_)), epoch_(other.epoch_) {}
+    Reading& operator=(Reading&&) = delete;
+    ~Reading() {
+      if (state_ != nullptr) state_->done_reading(epoch_);
+    }
+    const std::shared_ptr<const ServingSnapshot>& snapshot() const { return snapshot_; }
+
+   private:
+    friend class ServingState;
+    Reading(const ServingState* state, std::shared_ptr<const ServingSnapshot> snapshot, uint64_t epoch)
+        : state_(state), snapshot_(std::move(snapshot)), epoch_(epoch) {}
+    const ServingState* state_;
+    std::shared_ptr<const ServingSnapshot> snapshot_;
+    uint64_t epoch_;
+  };
+
   ServingState() : current_(std::make_shared<const ServingSnapshot>()) {}
   std::shared_ptr<const ServingSnapshot> current() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return current_;
   }
+  // The current snapshot for a call that routes and submits a request by it.
+  Reading read() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++readings_[epoch_];
+    return Reading(this, current_, epoch_);
+  }
   void publish(std::shared_ptr<const ServingSnapshot> snapshot) {
     std::lock_guard<std::mutex> lock(mutex_);
     current_ = std::move(snapshot);
+    ++epoch_;
+  }
+  // Blocks until every Reading taken before the last publish() is dropped, or `timeout` passes
+  // (false then).
+  bool settle(std::chrono::milliseconds timeout) const {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t published = epoch_;
+    return settled_.wait_for(lock, timeout, [&] { return readings_.empty() || readings_.begin()->first >= published; });
   }
 
  private:
+  void done_reading(uint64_t epoch) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto found = readings_.find(epoch);
+      if (--found->second != 0) return;
+      readings_.erase(found);
+    }
+    settled_.notify_all();
+  }
+
   mutable std::mutex mutex_;
-  std::shared_ptr<const ServingSnapshot> current_;  // guarded by mutex_; never null
+  mutable std::condition_variable settled_;
+  std::shared_ptr<const ServingSnapshot> current_;  // never null
+  uint64_t epoch_ = 0;                              // publishes so far
+  mutable std::map<uint64_t, size_t> readings_;     // live Readings by the epoch they read
 };
 
 }  // namespace inferd

@@ -104,6 +104,8 @@ class ModelRegistry:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._listeners: list[Callable[[], None]] = []
+        # Wait until no call can still submit to a version the last publish stopped routing to.
+        self._settlers: list[Callable[[], object]] = []
         self._load_failure_listeners: list[Callable[[str], None]] = []
 
     def serve_python_models(
@@ -138,6 +140,12 @@ class ModelRegistry:
             self._faults[(name, key)] = reason
         log.info("model readiness", model=name, not_ready_because=reason)
         self._changed()
+
+    def add_settler(self, settle: Callable[[], object]) -> None:
+        """``settle()`` blocks until no request can still reach a version the serving state no
+        longer routes to (a transport that routes by snapshots); a replaced or unloaded version
+        is closed only after it, so that a reload under traffic loses no request."""
+        self._settlers.append(settle)
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """``listener`` is called (on the loop's thread) after every change of what serves."""
@@ -337,9 +345,11 @@ class ModelRegistry:
             self._changed()
 
     async def _drain(self, model: LoadedModel) -> None:
-        """Closes a version that no longer serves: its queued requests are answered; a python
-        model's batch still running after the drain timeout has its worker killed (a hung
-        execute must not hold the unload for good)."""
+        """Closes a version that no longer serves, once no call can still submit to it: its
+        queued requests are answered; a python model's batch still running after the drain
+        timeout has its worker killed (a hung execute must not hold the unload for good)."""
+        for settle in self._settlers:
+            await asyncio.to_thread(settle)
         if isinstance(model.scheduler, EnsembleScheduler):
             await model.scheduler.close()
         else:

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
 import structlog
@@ -251,6 +251,10 @@ def _group_id(group: str) -> int:
         raise ValueError(f"--grpc-unix-socket-group {group}: no such group") from None
 
 
+# The most a version that stopped being routed to waits for calls still submitting to it.
+SETTLE_TIMEOUT_S: Final = 1.0
+
+
 class CoreGrpcServer:
     """The core's gRPC server: binds on construction, serves until ``shutdown``."""
 
@@ -325,6 +329,13 @@ class CoreGrpcServer:
             observe_inference,
             {model: _core_sampling(rule) for model, rule in (model_tracing or {}).items()},
         )
+
+    def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> bool:
+        """Blocks until no call that routed a request by an earlier snapshot can still submit it
+        (microseconds: a call holds its read only until it submits); False past ``timeout_s``.
+        The registry waits for it before closing a version it stopped routing to. Run it off
+        the event loop."""
+        return bool(self._server.settle(int(timeout_s * 1000)))
 
     @property
     def observations(self) -> ObservationQueue:
