@@ -153,8 +153,16 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
         const std::string_view parameters = request.parameters.empty() ? "{}" : request.parameters;
         // A copy: Python may keep the callable past this batch.
         py::cpp_function cancelled([cancellation = request.cancellation] { return cancellation.requested(); });
+        // A stateful model's sequence, as pb_utils' correlation_id() and flags() give it.
+        py::object correlation = py::int_(0);
+        int flags = 0;
+        if (request.sequence != nullptr) {
+          correlation = request.sequence->string_id.empty() ? py::object(py::int_(request.sequence->id))
+                                                            : py::object(py::str(request.sequence->string_id));
+          flags = (request.sequence->start ? 1 : 0) | (request.sequence->end ? 2 : 0);
+        }
         details.append(py::make_tuple(py::str(request.id.data(), request.id.size()), requested,
-                                      py::str(parameters.data(), parameters.size()), cancelled));
+                                      py::str(parameters.data(), parameters.size()), cancelled, correlation, flags));
       }
     }
     py::handle method(static_cast<PyObject*>(const_cast<void*>(execute_requests_.get())));

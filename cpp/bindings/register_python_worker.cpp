@@ -192,6 +192,28 @@ std::function<void(const worker::CallDescription&, const std::vector<Tensor>&, M
   };
 }
 
+// Named tensors as Python takes them: [(name, array)].
+py::list named_arrays(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  py::list arrays;
+  for (const auto& [name, tensor] : tensors) arrays.append(py::make_tuple(name, executor_array(tensor)));
+  return arrays;
+}
+
+// Runs `call` (Python, on a core thread, with the GIL) and reports what it raises as unraisable,
+// `context` naming what it was doing: there is no caller to raise it to.
+template <typename Call>
+void without_caller(const char* context, Call call) {
+  try {
+    call();
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable(context);
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    py::error_already_set raised;
+    raised.discard_as_unraisable(context);
+  }
+}
+
 // hooks.call_answered_late as Python takes it: answered_late(number, outputs as [(name, array)]
 // or None, status code, message), from any thread.
 std::function<void(uint64_t, ModelCallAnswer&&)> late_hook_of(py::handle callable) {
@@ -199,22 +221,11 @@ std::function<void(uint64_t, ModelCallAnswer&&)> late_hook_of(py::handle callabl
   std::shared_ptr<const void> held = hold_reference(callable);
   return [held](uint64_t number, ModelCallAnswer&& answer) {
     py::gil_scoped_acquire gil;
-    try {
-      py::object outputs = py::none();
-      if (answer.status.ok()) {
-        py::list arrays;
-        for (const auto& [name, tensor] : answer.outputs) arrays.append(py::make_tuple(name, executor_array(tensor)));
-        outputs = std::move(arrays);
-      }
+    without_caller("answering a model-to-model call late", [&] {
+      py::object outputs = answer.status.ok() ? py::object(named_arrays(answer.outputs)) : py::none();
       py::handle(static_cast<PyObject*>(const_cast<void*>(held.get())))(
           number, outputs, static_cast<int>(answer.status.code), answer.status.message);
-    } catch (py::error_already_set& error) {
-      error.discard_as_unraisable("answering a model-to-model call late");
-    } catch (const std::exception& error) {
-      PyErr_SetString(PyExc_RuntimeError, error.what());
-      py::error_already_set raised;
-      raised.discard_as_unraisable("answering a model-to-model call late");
-    }
+    });
   };
 }
 
@@ -224,23 +235,15 @@ StreamedDelivery delivery_of(py::handle callable) {
   std::shared_ptr<const void> held = hold_reference(callable);
   return [held](uint64_t batch, size_t index, bool final, const WorkerAnswer* answer) {
     py::gil_scoped_acquire gil;
-    try {
+    without_caller("delivering a decoupled model's response", [&] {
       py::object response = py::none();
       if (answer != nullptr && answer->status.ok()) {
-        py::list arrays;
-        for (const auto& [name, tensor] : answer->outputs) arrays.append(py::make_tuple(name, executor_array(tensor)));
-        response = py::make_tuple(arrays, py::none());
+        response = py::make_tuple(named_arrays(answer->outputs), py::none());
       } else if (answer != nullptr) {
         response = py::make_tuple(py::none(), answer->status.message);
       }
       py::handle(static_cast<PyObject*>(const_cast<void*>(held.get())))(batch, index, final, response);
-    } catch (py::error_already_set& error) {
-      error.discard_as_unraisable("delivering a decoupled model's response");
-    } catch (const std::exception& error) {
-      PyErr_SetString(PyExc_RuntimeError, error.what());
-      py::error_already_set raised;
-      raised.discard_as_unraisable("delivering a decoupled model's response");
-    }
+    });
   };
 }
 

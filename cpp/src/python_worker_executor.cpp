@@ -145,7 +145,8 @@ Status PythonWorkerExecutor::execute_requests(const std::vector<ExecutorRequest>
       return Status::Error(StatusCode::kInternal, options_.description + ": a request with " +
                                                       std::to_string(request.inputs.size()) + " inputs");
     }
-    WorkerRequest worker_request{request.id, request.parameters, request.requested_outputs, {}, request.cancellation};
+    WorkerRequest worker_request{request.id, request.parameters,   request.requested_outputs,
+                                 {},         request.cancellation, request.sequence};
     for (size_t i = 0; i < request.inputs.size(); ++i) {
       if (!request.inputs[i].absent) worker_request.inputs.emplace_back(options_.input_names[i], &request.inputs[i]);
     }
@@ -224,6 +225,11 @@ Status PythonWorkerExecutor::place_batch(Link& link, const std::vector<WorkerReq
     worker::RequestDescription described;
     described.id = request.id;
     described.parameters = request.parameters;
+    if (request.sequence != nullptr) {
+      described.correlation_id = request.sequence->id;
+      described.correlation_string = request.sequence->string_id;
+      described.flags = (request.sequence->start ? 1u : 0u) | (request.sequence->end ? 2u : 0u);
+    }
     described.requested_outputs = request.requested_outputs;
     for (const auto& [name, tensor] : request.inputs) {
       described.inputs.push_back(TensorPlace{name, tensor->dtype, tensor->shape, position, tensor->byte_size});

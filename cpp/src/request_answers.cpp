@@ -12,7 +12,9 @@ namespace inferd {
 using request_messages::shape_text;
 
 ExecutorRequest executor_request(const InferenceRequest& request, std::vector<Tensor>&& inputs) {
-  ExecutorRequest taken{std::move(inputs), request.id, {}, request.parameters_json, {nullptr, request.deadline}};
+  ExecutorRequest taken{std::move(inputs),       request.id, {},
+                        request.parameters_json, nullptr,    {nullptr, request.deadline}};
+  if (request.sequence_flags.any()) taken.sequence = &request.sequence_flags;
   if (request.signature != nullptr) {
     for (const uint32_t output : request.requested_outputs) {
       taken.requested_outputs.push_back(request.signature->outputs.at(output).name);

@@ -141,6 +141,9 @@ std::string encode_batch(const BatchDescription& batch) {
   for (const RequestDescription& request : batch.requests) {
     writer.text(request.id);
     writer.text(request.parameters);
+    writer.u64(request.correlation_id);
+    writer.text(request.correlation_string);
+    writer.u32(request.flags);
     write_names(&writer, request.requested_outputs);
     write_tensors(&writer, request.inputs);
   }
@@ -174,6 +177,9 @@ Status decode_batch(std::string_view bytes, size_t arena_size, BatchDescription*
     RequestDescription request;
     request.id = reader.text();
     request.parameters = reader.text();
+    request.correlation_id = reader.u64();
+    request.correlation_string = reader.text();
+    request.flags = reader.u32();
     request.requested_outputs = read_names(&reader);
     Status status = read_tensors(&reader, arena_size, &request.inputs);
     if (!status.ok()) return status;

@@ -597,11 +597,14 @@ py::list WorkerLoop::requests_of(const LoopCallbacks& callbacks, const Batch& ba
     for (std::string_view name : request.requested_outputs) requested.append(text_of(name));
     const std::shared_ptr<Mapping> mapping = batch.mapping;
     const uint64_t flag = batch.described.cancel_offset + i;
+    // pb_utils' correlation_id(): the string id when the sequence has one, else the number.
+    const py::object correlation = request.correlation_string.empty() ? py::object(py::int_(request.correlation_id))
+                                                                      : py::object(text_of(request.correlation_string));
     py::cpp_function cancelled([mapping, flag]() {
       return __atomic_load_n(reinterpret_cast<const uint8_t*>(mapping->data() + flag), __ATOMIC_ACQUIRE) != 0;
     });
-    requests.append(
-        callbacks.make_request(i, text_of(request.id), inputs, requested, text_of(request.parameters), cancelled));
+    requests.append(callbacks.make_request(i, text_of(request.id), inputs, requested, text_of(request.parameters),
+                                           cancelled, correlation, request.flags));
   }
   return requests;
 }

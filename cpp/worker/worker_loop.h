@@ -29,7 +29,7 @@ struct PlacedOutput;
 struct LoopCallbacks {
   py::object execute;  // the model's execute(requests)
   // make_request(index, id, inputs: list[(name, ndarray)], requested: list[str], parameters: str,
-  // cancelled: () -> bool) -> pb_utils.InferenceRequest
+  // cancelled: () -> bool, correlation_id: int | str, flags: int) -> pb_utils.InferenceRequest
   py::object make_request;
   py::object resolve;        // resolve(result): an awaitable's result; anything else as it is
   py::object report;         // report(exception) -> str: prints its traceback, returns its message

@@ -130,6 +130,7 @@ MODELS = [
     "accumulate_oldest",
     "accumulate_idle",
     "accumulate_strings",
+    "by_correlation",
     "controls_onnx",
 ]
 
@@ -143,6 +144,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     write_python(repository, "accumulate_oldest", oldest)
     write_python(repository, "accumulate_idle", "", idle_us=300_000)
     write_python(repository, "accumulate_strings", "", corrid="TYPE_STRING")
+    by_correlation = repository / "by_correlation"
+    (by_correlation / "1").mkdir(parents=True)
+    (by_correlation / "1" / "model.py").write_text(BY_CORRELATION)
+    (by_correlation / "config.pbtxt").write_text(
+        python_config("by_correlation", "").replace(CONTROLS, "")
+    )
     write_onnx_controls(repository)
     with running_server(repository, MODELS, root) as running:
         yield running
@@ -302,3 +309,41 @@ def test_a_sequence_over_http(server: ServerProcess) -> None:
         assert send_http(2, sequence_start=True) == 2
         assert send_http(5) == 7
         assert send_http(1, sequence_end=True) == 8
+
+
+# The same sums from a python model without control inputs: it reads the sequence from
+# request.correlation_id() and request.flags(), as Triton's python backend gives them.
+BY_CORRELATION = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            key = request.correlation_id()
+            flags = request.flags()
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.sums[key] = 0
+            value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().flat[0])
+            self.sums[key] += value
+            out = np.array([[self.sums[key]]], np.int32)
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.sums[key]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)]))
+        return responses
+"""
+
+
+def test_a_python_model_reads_its_sequence_from_correlation_id_and_flags(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    assert send(client, "by_correlation", 31, 5, start=True) == 5
+    assert send(client, "by_correlation", "thirty-two", 1, start=True) == 1
+    assert send(client, "by_correlation", 31, 6) == 11
+    assert send(client, "by_correlation", "thirty-two", 2, end=True) == 3
+    assert send(client, "by_correlation", 31, 7, end=True) == 18

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "inferd/sequence_flags.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
 
@@ -51,6 +52,7 @@ struct ExecutorRequest {
   std::string_view id;                              // the client's request id ("" when it gave none)
   std::vector<std::string_view> requested_outputs;  // the outputs the client asked for, by name; empty: all
   std::string_view parameters;                      // its own parameters as JSON, for a model that keeps them
+  const SequenceFlags* sequence = nullptr;          // a stateful model's request: its sequence
   // Requested while it runs: the executor may stop early; whatever it answers is dropped.
   RequestCancellation cancellation;
 };

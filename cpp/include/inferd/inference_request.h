@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "inferd/executor.h"
+#include "inferd/sequence_flags.h"
 #include "inferd/shared_memory.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
@@ -50,20 +51,6 @@ class CompletionSink {
   // Whether respond() carries each response to the caller: a decoupled model's request is taken
   // only from a caller whose sink does (Scheduler::submit refuses the others). Thread-safe.
   virtual bool streams_responses() const { return false; }
-};
-
-// A request's place in a sequence of a stateful model (Triton's `sequence_id`, `sequence_start` and
-// `sequence_end` request parameters): `id` or, for a string id, `string_id` (never both; a
-// request of no sequence has neither).
-struct SequenceFlags {
-  uint64_t id = 0;
-  std::string string_id;
-  bool start = false;
-  bool end = false;
-
-  bool any() const { return id != 0 || !string_id.empty(); }
-  // The id as messages show it.
-  std::string shown() const { return string_id.empty() ? std::to_string(id) : "'" + string_id + "'"; }
 };
 
 // One inference request as the core sees it: already decoded and validated against the model by

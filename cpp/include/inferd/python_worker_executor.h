@@ -80,6 +80,7 @@ struct WorkerRequest {
   std::vector<std::string_view> requested_outputs;  // empty: every output
   std::vector<std::pair<std::string_view, const Tensor*>> inputs;
   RequestCancellation cancellation;
+  const SequenceFlags* sequence = nullptr;  // a stateful model's request: pb_utils' correlation_id(), flags()
 };
 
 class PythonWorkerExecutor : public Executor {

@@ -30,6 +30,11 @@ struct TensorPlace {
 struct RequestDescription {
   std::string_view id;
   std::string_view parameters;  // a JSON object
+  // A stateful model's request: its sequence (pb_utils' correlation_id(): the string id when it
+  // has one, else the number) and flags() (Triton's: 1 sequence start, 2 sequence end).
+  uint64_t correlation_id = 0;
+  std::string_view correlation_string;
+  uint32_t flags = 0;
   std::vector<std::string_view> requested_outputs;
   std::vector<TensorPlace> inputs;  // the inputs the request has, in model input order
 };

@@ -179,18 +179,21 @@ class PythonBackendExecutor:
         self,
         requests: list[list[np.ndarray | None]],
         respond: DecoupledResponses | None = None,
-        details: list[tuple[str, list[str], str, Callable[[], bool]]] | None = None,
+        details: list[tuple[str, list[str], str, Callable[[], bool], int | str, int]] | None = None,
     ) -> list[Any]:
         """One batch through the model's ``execute``: per request its outputs in the config's
         order, or the error that fails it alone; for a decoupled model, PENDING for each request
         once the model's ``execute`` returned, its responses and final answer given to
         ``respond`` (and ``respond.finish``) as the worker sends them. ``details``: each
-        request's id, the outputs it asked for, its parameters as JSON and whether it was
-        cancelled while it runs (``request_id()``, ``requested_output_names()``,
-        ``parameters()``, ``is_cancelled()``)."""
-        described = details if details is not None else [("", [], "{}", _never)] * len(requests)
+        request's id, the outputs it asked for, its parameters as JSON, whether it was
+        cancelled while it runs, and a stateful model's sequence id and flags
+        (``request_id()``, ``requested_output_names()``, ``parameters()``,
+        ``is_cancelled()``, ``correlation_id()``, ``flags()``)."""
+        described = (
+            details if details is not None else [("", [], "{}", _never, 0, 0)] * len(requests)
+        )
         batch: list[PythonRequest] = []
-        for inputs, (request_id, requested, parameters, cancelled) in zip(
+        for inputs, (request_id, requested, parameters, cancelled, correlation, flags) in zip(
             requests, described, strict=True
         ):
             batch.append(
@@ -204,6 +207,8 @@ class PythonBackendExecutor:
                     requested_output_names=list(requested),
                     parameters=parameters,
                     cancelled=cancelled,
+                    correlation_id=correlation,
+                    flags=flags,
                 )
             )
         if self._process.session is not None:

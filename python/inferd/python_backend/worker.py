@@ -495,9 +495,12 @@ class ModelWorker:
         requested: list[str],
         parameters: str,
         cancelled: Callable[[], bool],
+        correlation_id: int | str = 0,
+        flags: int = 0,
     ) -> pb_utils.InferenceRequest:
         """One request of a batch the ring brought, as the model gets it (the loop's
-        ``make_request``)."""
+        ``make_request``); a stateful model's carries its sequence (``correlation_id()``,
+        ``flags()``)."""
         if index == 0:
             self._batch_chains = []
         chain, parameters = split_chain(parameters)
@@ -509,6 +512,8 @@ class ModelWorker:
             model_version=self._options.version,
             request_id=request_id,
             parameters=parameters,
+            correlation_id=correlation_id,
+            flags=flags,
         )
         request._attach_cancellation(cancelled)
         return request
