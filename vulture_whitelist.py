@@ -127,3 +127,8 @@ _.__getattr__
 _._attach_response_sender
 _._mark_cancelled
 _.set_bls_executor
+
+# repository/sequence_config.py: _CommonOptions' keys, read by SequenceOptions(**common) (a
+# TypedDict's fields are keyword arguments vulture does not follow).
+_.max_sequence_idle_us
+_.tell_idle_end

@@ -140,7 +140,8 @@ void register_batching(py::module_& m) {
       "(sequence_batcher.h).")
       .def(py::init([](const std::string& strategy, uint64_t max_sequence_idle_us, uint64_t max_queue_delay_us,
                        double minimum_slot_utilization, uint32_t max_candidate_sequences,
-                       std::vector<int64_t> preferred_batch_sizes, const std::vector<py::tuple>& controls) {
+                       std::vector<int64_t> preferred_batch_sizes, const std::vector<py::tuple>& controls,
+                       bool tell_idle_end, const std::vector<int>& input_types) {
              SequenceOptions options;
              if (strategy == "oldest") {
                options.strategy = SequenceOptions::Strategy::kOldest;
@@ -152,6 +153,12 @@ void register_batching(py::module_& m) {
              options.minimum_slot_utilization = minimum_slot_utilization;
              options.max_candidate_sequences = max_candidate_sequences;
              options.preferred_batch_sizes = std::move(preferred_batch_sizes);
+             options.tell_idle_end = tell_idle_end;
+             for (int code : input_types) {
+               if (!is_valid_datatype(code))
+                 throw std::invalid_argument("unknown datatype code " + std::to_string(code));
+               options.input_types.push_back(static_cast<DataType>(code));
+             }
              static const std::map<std::string, SequenceControl::Kind> kinds{
                  {"START", SequenceControl::Kind::kStart},
                  {"END", SequenceControl::Kind::kEnd},
@@ -172,9 +179,11 @@ void register_batching(py::module_& m) {
            py::kw_only(), py::arg("strategy") = "direct", py::arg("max_sequence_idle_us") = 1'000'000,
            py::arg("max_queue_delay_us") = 0, py::arg("minimum_slot_utilization") = 0.0,
            py::arg("max_candidate_sequences") = 1, py::arg("preferred_batch_sizes") = std::vector<int64_t>{},
-           py::arg("controls") = std::vector<py::tuple>{},
+           py::arg("controls") = std::vector<py::tuple>{}, py::arg("tell_idle_end") = false,
+           py::arg("input_types") = std::vector<int>{},
            "controls: (kind START, END, READY or CORRID, the input's index in the model's inputs, datatype code, "
-           "false value, true value).")
+           "false value, true value). tell_idle_end: a sequence ended for being idle is told to the model by one "
+           "more request (END, READY false, no other input); input_types: every model input's datatype code.")
       .def_property_readonly("oldest",
                              [](const SequenceOptions& o) { return o.strategy == SequenceOptions::Strategy::kOldest; })
       .def_property_readonly(

@@ -45,7 +45,7 @@ std::string control_bytes(const SequenceControl& control, const SequenceFlags& f
   }
   const bool on = control.kind == SequenceControl::Kind::kStart ? flags.start
                   : control.kind == SequenceControl::Kind::kEnd ? flags.end
-                                                                : true;  // kReady: a batch holds no empty slot
+                                                                : flags.ready;  // kReady
   switch (control.dtype) {
     case DataType::kFp32:
       return raw(static_cast<float>(on ? control.true_value : control.false_value));
@@ -90,6 +90,7 @@ struct SequenceBatcher::Sequence {
   uint64_t running_order = 0;  // that request's enqueue order (InferenceRequest::sequence)
   bool closed = false;         // its last request had END: what follows needs START
   bool active = false;         // holds a place
+  bool telling = false;        // idle: the request telling the model is queued or running
   size_t instance = 0;         // direct: the instance whose slot it holds
   Clock::time_point last_active{};
 };
@@ -261,6 +262,7 @@ void SequenceBatcher::finished(const InferenceRequest& request) {
   if (!sequence.running || sequence.running_order != request.sequence) return;  // not handed out: it left waiting
   sequence.running = false;
   sequence.last_active = Clock::now();
+  if (!request.sequence_flags.ready) sequence.telling = false;  // the model was told
   if (!sequence.waiting.empty()) {
     changed_.notify_all();
     return;
@@ -302,7 +304,7 @@ Clock::time_point SequenceBatcher::reap(Clock::time_point now, std::vector<Seque
   Clock::time_point next = Clock::time_point::max();
   std::vector<Key> idle;
   for (auto& [key, sequence] : sequences_) {
-    if (sequence->running || !sequence->waiting.empty()) continue;
+    if (sequence->running || !sequence->waiting.empty() || sequence->telling) continue;
     const Clock::time_point at = sequence->last_active + options_.max_sequence_idle;
     if (at <= now) {
       idle.push_back(key);
@@ -311,9 +313,43 @@ Clock::time_point SequenceBatcher::reap(Clock::time_point now, std::vector<Seque
       next = std::min(next, at);
     }
   }
-  for (const Key& key : idle) end(key);
+  for (const Key& key : idle) {
+    if (options_.tell_idle_end) {
+      tell_idle_end(*sequences_.at(key), now);
+    } else {
+      end(key);
+    }
+  }
   idle_ended_ += idle.size();
   return next;
+}
+
+namespace {
+
+// Where the answer of a request the core made itself goes: nowhere.
+class DroppedAnswer final : public CompletionSink {
+ public:
+  void complete(Completion&&) override {}
+};
+
+}  // namespace
+
+void SequenceBatcher::tell_idle_end(Sequence& sequence, Clock::time_point now) {
+  auto request = std::make_unique<InferenceRequest>();
+  for (DataType dtype : options_.input_types) request->inputs.push_back(Tensor::Absent(dtype));
+  request->sequence_flags = sequence.id;
+  request->sequence_flags.end = true;
+  request->sequence_flags.ready = false;
+  request->checked = true;
+  request->sink = std::make_shared<DroppedAnswer>();
+  request->shape_key = shape_key(*request);
+  request->enqueue_time = now;
+  request->sequence = next_order_++;
+  sequence.waiting.push_back(std::move(request));
+  sequence.telling = true;
+  sequence.closed = true;  // what follows starts anew
+  ++size_;
+  changed_.notify_all();
 }
 
 bool SequenceBatcher::next_expired(std::vector<Rejection>* rejected) {

@@ -265,6 +265,44 @@ TEST(SequenceBatcher, ASequenceIdlePastItsTimeoutIsReapedAndItsNextRequestNeedsS
   watcher.join();
 }
 
+TEST(SequenceBatcher, WithTellIdleEndTheModelGetsOneMoreRequestOfAnIdleSequence) {
+  SequenceOptions options = direct(2);
+  options.max_sequence_idle = 100ms;
+  options.tell_idle_end = true;
+  options.input_types = {DataType::kFp32, DataType::kInt32, DataType::kInt32};
+  options.controls = {{SequenceControl::Kind::kEnd, 1, DataType::kInt32, 0, 1},
+                      {SequenceControl::Kind::kReady, 2, DataType::kInt32, 0, 1}};
+  SequenceBatcher batcher(options);
+  std::thread watcher([&batcher] {
+    std::vector<Rejection> rejected;
+    while (batcher.next_expired(&rejected)) rejected.clear();
+  });
+  ASSERT_TRUE(batcher.enqueue(step(1, 8, true, false, 2)).ok());
+  Batch first = next(batcher);
+  batcher.finished(*first[0]);
+  // Idle: the model is told, in a request of its own: END, READY false, no input of the client's.
+  Batch told = next(batcher);
+  ASSERT_EQ(told.size(), 1u);
+  const InferenceRequest& tell = *told[0];
+  EXPECT_TRUE(tell.inputs[0].absent);
+  EXPECT_EQ(value<int32_t>(tell.inputs[1]), 1);  // END
+  EXPECT_EQ(value<int32_t>(tell.inputs[2]), 0);  // READY
+  EXPECT_EQ(tell.sequence_flags.id, 8u);
+  ASSERT_NE(tell.sink, nullptr);  // its answer goes nowhere
+  EXPECT_EQ(batcher.idle_ended(), 1u);
+  // Its sequence needs START from here; a new one queues behind the telling request.
+  EXPECT_EQ(batcher.enqueue(step(2, 8, false, false, 2)).code, StatusCode::kInvalidArgument);
+  ASSERT_TRUE(batcher.enqueue(step(3, 8, true, true, 2)).ok());
+  batcher.finished(tell);
+  Batch again = next(batcher);
+  EXPECT_EQ(tokens(again), std::vector<uint64_t>{3});
+  EXPECT_EQ(value<int32_t>(again[0]->inputs[2]), 1);  // a client's request: READY
+  batcher.finished(*again[0]);
+  EXPECT_EQ(batcher.active_sequences(), 0u);
+  batcher.close();
+  watcher.join();
+}
+
 TEST(SequenceBatcher, AWaitingRequestPastItsDeadlineOrCancelledLeavesItsSequenceGoingOn) {
   SequenceBatcher batcher(direct(2));
   ASSERT_TRUE(batcher.enqueue(step(1, 3, true, false)).ok());

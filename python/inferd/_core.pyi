@@ -72,6 +72,8 @@ class SequenceOptions:
         preferred_batch_sizes: list[int] = ...,
         # (kind, input index, datatype code, false value, true value)
         controls: list[tuple[str, int, int, float, float]] = ...,
+        tell_idle_end: bool = False,
+        input_types: list[int] = ...,
     ) -> None: ...
     @property
     def oldest(self) -> bool: ...

@@ -131,6 +131,7 @@ MODELS = [
     "accumulate_idle",
     "accumulate_strings",
     "by_correlation",
+    "told",
     "controls_onnx",
 ]
 
@@ -149,6 +150,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (by_correlation / "1" / "model.py").write_text(BY_CORRELATION)
     (by_correlation / "config.pbtxt").write_text(
         python_config("by_correlation", "").replace(CONTROLS, "")
+    )
+    told = repository / "told"
+    (told / "1").mkdir(parents=True)
+    (told / "1" / "model.py").write_text(TOLD)
+    (told / "config.pbtxt").write_text(
+        python_config("told", "", idle_us=300_000)
+        + 'parameters { key: "inferd.sequence_idle_end" value: { string_value: "tell" } }\n'
+        + f'parameters {{ key: "record" value: {{ string_value: "{root / "told.record"}" }} }}\n'
     )
     write_onnx_controls(repository)
     with running_server(repository, MODELS, root) as running:
@@ -347,3 +356,52 @@ def test_a_python_model_reads_its_sequence_from_correlation_id_and_flags(
     assert send(client, "by_correlation", 31, 6) == 11
     assert send(client, "by_correlation", "thirty-two", 2, end=True) == 3
     assert send(client, "by_correlation", 31, 7, end=True) == 18
+
+
+# Told of an idle end (inferd.sequence_idle_end: "tell"): the request with READY 0 writes the
+# sequence's id to the file the "record" parameter names.
+TOLD = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.record = config["parameters"]["record"]["string_value"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def value(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy().flat[0]
+
+            if not value("READY"):
+                assert pb_utils.get_input_tensor_by_name(request, "INPUT") is None
+                with open(self.record, "a") as record:
+                    record.write(f"{int(value('CORRID'))} {int(value('END'))}\\n")
+                zero = np.zeros((1, 1), np.int32)  # dropped by the server
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", zero)]))
+                continue
+            out = np.array([[int(value("INPUT"))]], np.int32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", out)]))
+        return responses
+"""
+
+
+def test_with_tell_an_idle_sequences_model_gets_one_more_request(
+    server: ServerProcess, client: grpcclient.InferenceServerClient
+) -> None:
+    assert send(client, "told", 606, 1, start=True) == 1
+    record = server.repository.parent / "told.record"
+    deadline = time.monotonic() + 10
+    while not (record.exists() and record.read_text()):
+        assert time.monotonic() < deadline, "the model was not told"
+        time.sleep(0.05)
+    assert record.read_text() == "606 1\n"  # its CORRID, END true, READY false
+    with pytest.raises(InferenceServerException) as ended:
+        send(client, "told", 606, 1)
+    assert "must specify the START flag" in ended.value.message()
+    assert send(client, "told", 606, 2, start=True, end=True) == 2

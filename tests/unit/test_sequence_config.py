@@ -55,6 +55,17 @@ def test_oldest_reads_its_candidates() -> None:
     assert options.max_sequence_idle_us == 5000
 
 
+def test_the_idle_end_parameter_is_end_or_tell() -> None:
+    told = config("")
+    told.parameters["inferd.sequence_idle_end"].string_value = "tell"
+    assert sequence_options(told) is not None
+    told.parameters["inferd.sequence_idle_end"].string_value = "notify"
+    with pytest.raises(
+        ModelLoadError, match=r"inferd\.sequence_idle_end is 'notify', not 'end' or 'tell'"
+    ):
+        sequence_options(told)
+
+
 def test_a_model_without_the_section_has_no_sequences() -> None:
     plain = text_format.Parse(BASE, ModelConfig())
     assert sequence_options(plain) is None

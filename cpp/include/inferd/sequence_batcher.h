@@ -25,7 +25,7 @@ struct SequenceControl {
   enum class Kind {
     kStart,          // the request starts its sequence (its sequence_start)
     kEnd,            // the request ends it (its sequence_end)
-    kReady,          // the batch slot holds a request: always true, a batch holds no empty slots
+    kReady,          // the request is a client's (a batch holds no empty slots); false: see tell_idle_end
     kCorrelationId,  // the sequence's id
   };
   Kind kind = Kind::kReady;
@@ -54,6 +54,12 @@ struct SequenceOptions {
   uint32_t max_candidate_sequences = 1;        // oldest, at least 1
   std::vector<int64_t> preferred_batch_sizes;  // oldest
   std::vector<SequenceControl> controls;
+  // inferd's answer to Triton's silent idle end: the model is sent one more request of the
+  // sequence, END true and READY false, every input but the controls absent, whose answer is
+  // dropped; the sequence ends once it has run. `input_types`: every model input's, in order
+  // (what the request's absent inputs are). Off: the sequence just ends.
+  bool tell_idle_end = false;
+  std::vector<DataType> input_types;
   // Called, without the batcher's lock, with a sequence ended for being idle past
   // max_sequence_idle (it had no request waiting or running); may be empty.
   std::function<void(const SequenceFlags& sequence)> idle_ended;
@@ -71,8 +77,9 @@ struct SequenceOptions {
 // instance runs its requests; oldest: one of max_candidate_sequences places, any instance runs
 // them - and waits in a backlog, in the order sequences started, until one frees. A sequence ends
 // when its END request has its final answer and nothing else of it waits, or when it has had
-// nothing waiting or running for max_sequence_idle: it is reaped then (options.idle_ended), and
-// its next request without START is refused.
+// nothing waiting or running for max_sequence_idle: it is reaped then (options.idle_ended; with
+// tell_idle_end, after one more request tells the model), and its next request without START is
+// refused.
 //
 // A batch holds at most one request of each sequence, of one shape (their non-batch dims), each
 // with its control tensors written (SequenceControl), up to max_batch_size requests (one when
@@ -128,6 +135,8 @@ class SequenceBatcher final : public RequestBatcher {
   void watch_idle(const Sequence& sequence);
   // Gives `sequence` a place, if one is free; false: it waits in the backlog.
   bool place(Sequence& sequence);
+  // Queues the request that tells the model `sequence` idled out (options_.tell_idle_end).
+  void tell_idle_end(Sequence& sequence, Clock::time_point now);
   // The sequence has ended: its place goes to the first sequence of the backlog.
   void end(const Key& key);
   void report(std::vector<SequenceFlags>&& ended);

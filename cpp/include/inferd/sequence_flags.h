@@ -13,6 +13,9 @@ struct SequenceFlags {
   std::string string_id;
   bool start = false;
   bool end = false;
+  // False only for the request the core sends a model to tell it its sequence ended for being
+  // idle (SequenceOptions::tell_idle_end): its READY control is false, its other inputs absent.
+  bool ready = true;
 
   bool any() const { return id != 0 || !string_id.empty(); }
   // The id as messages show it.

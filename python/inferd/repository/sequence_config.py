@@ -5,12 +5,14 @@ into each request: the one place the section is read.
 What inferd serves of it: the ``direct`` and ``oldest`` strategies,
 ``max_sequence_idle_microseconds`` (0: 1 s, as Triton), and ``control_input`` (START, END, READY,
 CORRID). Implicit ``state`` and ``iterative_sequence`` are refused at load for now, never
-ignored.
+ignored. Beyond Triton, the config parameter ``inferd.sequence_idle_end: "tell"`` has the model
+sent one more request of a sequence ended for being idle (END, READY false, no other input).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
 from inferd.core import SequenceOptions
@@ -27,6 +29,9 @@ _KINDS = {
 }
 # A sequence idle this long is ended when the config says 0 (Triton's default).
 DEFAULT_MAX_SEQUENCE_IDLE_US = 1_000_000
+# The config parameter saying what a sequence's idle end does: "end" (Triton's, silent) or
+# "tell" (the model gets one more request of the sequence).
+IDLE_END_PARAMETER = "inferd.sequence_idle_end"
 _CORRID_TYPES = ("UINT64", "INT64", "UINT32", "INT32", "BYTES")
 
 
@@ -137,20 +142,19 @@ def sequence_options(config: ModelConfig) -> SequenceOptions | None:
         MAX_QUEUE_DELAY_US,
         model=name,
     )
-    first_control = len(config.input)
-    controls = [
-        (
-            control.kind,
-            first_control + k,
-            control.datatype.config_type,
-            control.false_value,
-            control.true_value,
-        )
-        for k, control in enumerate(control_inputs(config))
-    ]
-    idle_us = idle_us or DEFAULT_MAX_SEQUENCE_IDLE_US
+    controls = control_inputs(config)
+    common: _CommonOptions = {
+        "max_sequence_idle_us": idle_us or DEFAULT_MAX_SEQUENCE_IDLE_US,
+        "controls": [
+            (c.kind, len(config.input) + k, c.datatype.config_type, c.false_value, c.true_value)
+            for k, c in enumerate(controls)
+        ],
+        "tell_idle_end": _tells_idle_end(config),
+        "input_types": [int(t.data_type) for t in config.input]
+        + [c.datatype.config_type for c in controls],
+    }
     if section.WhichOneof("strategy_choice") == "oldest":
-        return _oldest(config, section.oldest, idle_us, controls)
+        return _oldest(config, section.oldest, common)
     direct = section.direct
     utilization = float(direct.minimum_slot_utilization)
     if not 0.0 <= utilization <= 1.0:
@@ -162,16 +166,34 @@ def sequence_options(config: ModelConfig) -> SequenceOptions | None:
         strategy="direct",
         max_queue_delay_us=_delay("direct", int(direct.max_queue_delay_microseconds), name),
         minimum_slot_utilization=utilization,
-        max_sequence_idle_us=idle_us,
-        controls=controls,
+        **common,
     )
 
 
+class _CommonOptions(TypedDict):
+    """What both strategies' options hold."""
+
+    max_sequence_idle_us: int
+    controls: list[tuple[str, int, int, float, float]]
+    tell_idle_end: bool
+    input_types: list[int]
+
+
+def _tells_idle_end(config: ModelConfig) -> bool:
+    """The config parameter inferd.sequence_idle_end: "end" (the default) or "tell"."""
+    if IDLE_END_PARAMETER not in config.parameters:
+        return False
+    value = config.parameters[IDLE_END_PARAMETER].string_value
+    if value not in ("end", "tell"):
+        raise ModelLoadError(
+            f"model {config.name!r}: parameter {IDLE_END_PARAMETER} is {value!r}, "
+            "not 'end' or 'tell'"
+        )
+    return value == "tell"
+
+
 def _oldest(
-    config: ModelConfig,
-    oldest: ModelSequenceBatching.StrategyOldest,
-    idle_us: int,
-    controls: list[tuple[str, int, int, float, float]],
+    config: ModelConfig, oldest: ModelSequenceBatching.StrategyOldest, common: _CommonOptions
 ) -> SequenceOptions:
     name = config.name
     candidates = check_range(
@@ -196,8 +218,7 @@ def _oldest(
         max_queue_delay_us=_delay("oldest", int(oldest.max_queue_delay_microseconds), name),
         max_candidate_sequences=candidates,
         preferred_batch_sizes=[int(size) for size in oldest.preferred_batch_size],
-        max_sequence_idle_us=idle_us,
-        controls=controls,
+        **common,
     )
 
 
