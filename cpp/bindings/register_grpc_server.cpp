@@ -160,7 +160,7 @@ void register_grpc_server(py::module_& m) {
           "serve_model_calls",
           [](GrpcServer& server, ModelCalls& calls) {
             std::shared_ptr<TransportContext> transport = server.transport();
-            calls.serve_from([transport]() { return transport->state.current(); });
+            calls.serve_from([transport]() { return transport->state.read(); });
           },
           py::arg("calls"),
           "Python models' calls (ModelCalls) are routed by this server's serving snapshot from here on, as "

@@ -57,11 +57,15 @@ void ModelCalls::serve_from(SnapshotSource source) {
 }
 
 std::shared_ptr<ModelCallHandle> ModelCalls::start(ModelCall call, ModelCallDone done) {
-  std::shared_ptr<const ServingSnapshot> snapshot;
+  SnapshotSource source;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (source_) snapshot = source_();
+    source = source_;
   }
+  if (!source) return nullptr;
+  // Counted until the call is submitted: its version is not closed before (ServingState::settle).
+  const ServingState::Reading reading = source();
+  const std::shared_ptr<const ServingSnapshot>& snapshot = reading.snapshot();
   if (snapshot == nullptr || !snapshot->accepting) return nullptr;
   std::optional<std::string_view> key;
   if (!routing_key(call.parsed.parameters, &key).ok()) return nullptr;  // Python says what is wrong

@@ -251,8 +251,10 @@ std::shared_ptr<ModelCalls> calls_to(const std::shared_ptr<DoublingScheduler>& s
   snapshot->models["double"][""] = route;
   snapshot->models["double"]["1"] = route;
   snapshot->schedulers.push_back(scheduler);
+  auto state = std::make_shared<ServingState>();
+  state->publish(snapshot);
   auto calls = std::make_shared<ModelCalls>();
-  calls->serve_from([snapshot] { return snapshot; });
+  calls->serve_from([state] { return state->read(); });
   return calls;
 }
 

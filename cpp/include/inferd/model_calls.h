@@ -71,9 +71,10 @@ class ModelCallHandle : public CompletionSink {
 // Routes and starts calls. Thread-safe; never blocks on compute.
 class ModelCalls {
  public:
-  using SnapshotSource = std::function<std::shared_ptr<const ServingSnapshot>()>;
+  // A read of the snapshot routes come from, held until the call is submitted (ServingState).
+  using SnapshotSource = std::function<ServingState::Reading()>;
 
-  // Where routes come from from now on (the transport's current snapshot, once the server serves).
+  // Where routes come from from now on (the transport's serving state, once the server serves).
   void serve_from(SnapshotSource source);
 
   // Starts `call`: null when no route takes it (the caller asks Python then, and `done` is not
