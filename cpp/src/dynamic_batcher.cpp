@@ -6,7 +6,6 @@
 #include <unordered_set>
 
 namespace inferd {
-namespace {
 
 std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& padding) {
   std::vector<int64_t> key;
@@ -22,8 +21,6 @@ std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& p
   }
   return key;
 }
-
-}  // namespace
 
 void BusyArrivalRate::advance(Clock::time_point now, bool busy) {
   if (now <= last_) return;

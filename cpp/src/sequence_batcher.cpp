@@ -4,23 +4,10 @@
 #include <cstring>
 #include <utility>
 
+#include "inferd/dynamic_batcher.h"
+
 namespace inferd {
 namespace {
-
-// The non-batch dims of every input the client sent: requests batch only when equal. Control
-// inputs are absent until their request is handed out, alike in every request.
-std::vector<int64_t> shape_key(const InferenceRequest& request) {
-  std::vector<int64_t> key;
-  for (const Tensor& input : request.inputs) {
-    if (input.absent) {
-      key.push_back(-1);
-      continue;
-    }
-    key.push_back(static_cast<int64_t>(input.shape.size()));
-    for (size_t d = 1; d < input.shape.size(); ++d) key.push_back(input.shape[d]);
-  }
-  return key;
-}
 
 bool numeric(DataType dtype) { return dtype != DataType::kBytes; }
 
@@ -125,7 +112,7 @@ Status SequenceBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
     }
   }
   const Key key{flags.id, flags.string_id};
-  request->shape_key = shape_key(*request);
+  request->shape_key = shape_key(*request, Padding{});
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return Status::Error(StatusCode::kUnavailable, "the model is shutting down");
@@ -342,7 +329,7 @@ void SequenceBatcher::tell_idle_end(Sequence& sequence, Clock::time_point now) {
   request->sequence_flags.ready = false;
   request->checked = true;
   request->sink = std::make_shared<DroppedAnswer>();
-  request->shape_key = shape_key(*request);
+  request->shape_key = shape_key(*request, Padding{});
   request->enqueue_time = now;
   request->sequence = next_order_++;
   sequence.waiting.push_back(std::move(request));

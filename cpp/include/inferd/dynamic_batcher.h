@@ -24,6 +24,10 @@ struct QueuePolicy {
   uint32_t max_queue_size = 0;          // 0 = unbounded; else enqueue past it is RESOURCE_EXHAUSTED
 };
 
+// What requests must share to batch together: the non-batch dims of each input (those `padding`
+// pads only by rank), -1 for an input left out.
+std::vector<int64_t> shape_key(const InferenceRequest& request, const Padding& padding);
+
 // Triton's dynamic_batching settings, plus `dynamic` = whether the section is there at all.
 struct BatcherOptions {
   bool dynamic = false;        // false: every request is a batch of its own
