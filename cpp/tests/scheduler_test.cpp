@@ -226,6 +226,19 @@ size_t thread_count() {
   return n;
 }
 
+// A joined thread can stay listed in /proc for a moment while the kernel reaps it: the count is
+// taken once it has held still for 50 ms (or after a second).
+size_t settled_thread_count() {
+  size_t last = thread_count();
+  for (int still = 0, i = 0; still < 5 && i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const size_t now = thread_count();
+    still = now == last ? still + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
 TEST(Scheduler, LeavesNoThreadBehind) {
   auto queue = std::make_shared<CompletionQueue>();
   std::atomic<int> calls{0};
@@ -233,7 +246,7 @@ TEST(Scheduler, LeavesNoThreadBehind) {
   {
     Scheduler warm_up(options("m", 0), executors(1, &calls), queue, test_pool());
   }
-  const size_t before = thread_count();
+  const size_t before = settled_thread_count();
   {
     Scheduler scheduler(options("m", 0), executors(4, &calls), queue, test_pool());
     EXPECT_EQ(thread_count(), before + 5);  // a worker per instance and the expiry thread
