@@ -132,3 +132,4 @@ _.set_bls_executor
 # TypedDict's fields are keyword arguments vulture does not follow).
 _.max_sequence_idle_us
 _.tell_idle_end
+_.visible_outputs

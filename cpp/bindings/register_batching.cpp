@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
 #include "inferd/sequence_batcher.h"
+#include "inferd/sequence_state.h"
 
 namespace py = pybind11;
 
@@ -141,7 +143,8 @@ void register_batching(py::module_& m) {
       .def(py::init([](const std::string& strategy, uint64_t max_sequence_idle_us, uint64_t max_queue_delay_us,
                        double minimum_slot_utilization, uint32_t max_candidate_sequences,
                        std::vector<int64_t> preferred_batch_sizes, const std::vector<py::tuple>& controls,
-                       bool tell_idle_end, const std::vector<int>& input_types) {
+                       bool tell_idle_end, const std::vector<int>& input_types, const std::vector<py::tuple>& states,
+                       size_t visible_outputs, std::shared_ptr<SequenceStateMemory> state_memory) {
              SequenceOptions options;
              if (strategy == "oldest") {
                options.strategy = SequenceOptions::Strategy::kOldest;
@@ -174,22 +177,58 @@ void register_batching(py::module_& m) {
                                                           static_cast<DataType>(code), control[3].cast<double>(),
                                                           control[4].cast<double>()});
              }
+             for (const py::tuple& state : states) {
+               StateSpec spec;
+               spec.input_name = state[0].cast<std::string>();
+               spec.input = state[1].cast<uint32_t>();
+               spec.output = state[2].cast<uint32_t>();
+               const int code = state[3].cast<int>();
+               if (!is_valid_datatype(code) || static_cast<DataType>(code) == DataType::kBytes)
+                 throw std::invalid_argument("a state's datatype code must be a fixed-width one, not " +
+                                             std::to_string(code));
+               spec.dtype = static_cast<DataType>(code);
+               spec.dims = state[4].cast<std::vector<int64_t>>();
+               spec.initial_dims = state[5].cast<std::vector<int64_t>>();
+               const std::string initial = state[6].cast<std::string>();
+               const int64_t count = element_count(spec.initial_dims);
+               if (count < 0) throw std::invalid_argument("a state's initial dims must all be fixed");
+               if (!initial.empty() && initial.size() != static_cast<size_t>(count) * element_size(spec.dtype))
+                 throw std::invalid_argument("a state's initial bytes must fill its initial dims");
+               const auto* bytes = reinterpret_cast<const std::byte*>(initial.data());
+               spec.initial.assign(bytes, bytes + initial.size());
+               options.state_specs.push_back(std::move(spec));
+             }
+             options.visible_outputs = visible_outputs;
+             options.state_memory = std::move(state_memory);
+             if (!options.state_specs.empty() && options.state_memory == nullptr)
+               throw std::invalid_argument("implicit state needs state_memory, its bound");
              return options;
            }),
            py::kw_only(), py::arg("strategy") = "direct", py::arg("max_sequence_idle_us") = 1'000'000,
            py::arg("max_queue_delay_us") = 0, py::arg("minimum_slot_utilization") = 0.0,
            py::arg("max_candidate_sequences") = 1, py::arg("preferred_batch_sizes") = std::vector<int64_t>{},
            py::arg("controls") = std::vector<py::tuple>{}, py::arg("tell_idle_end") = false,
-           py::arg("input_types") = std::vector<int>{},
+           py::arg("input_types") = std::vector<int>{}, py::arg("states") = std::vector<py::tuple>{},
+           py::arg("visible_outputs") = 0, py::arg("state_memory") = nullptr,
            "controls: (kind START, END, READY or CORRID, the input's index in the model's inputs, datatype code, "
            "false value, true value). tell_idle_end: a sequence ended for being idle is told to the model by one "
-           "more request (END, READY false, no other input); input_types: every model input's datatype code.")
+           "more request (END, READY false, no other input); input_types: every model input's datatype code. "
+           "states: implicit state, (input name, input index, output index in the executor's outputs, datatype "
+           "code, dims with -1 for any, a new sequence's dims, its bytes or b'' for zeros); visible_outputs: how "
+           "many executor outputs the client sees; state_memory: the bound every sequence's state shares.")
       .def_property_readonly("oldest",
                              [](const SequenceOptions& o) { return o.strategy == SequenceOptions::Strategy::kOldest; })
       .def_property_readonly(
           "max_sequence_idle_us",
           [](const SequenceOptions& o) { return static_cast<uint64_t>(o.max_sequence_idle.count()); })
-      .def_property_readonly("controls", [](const SequenceOptions& o) { return o.controls.size(); });
+      .def_property_readonly("controls", [](const SequenceOptions& o) { return o.controls.size(); })
+      .def_property_readonly("states", [](const SequenceOptions& o) { return o.state_specs.size(); });
+
+  py::class_<SequenceStateMemory, std::shared_ptr<SequenceStateMemory>>(
+      m, "SequenceStateMemory", "The bytes every stateful model's sequences hold in state, and their bound.")
+      .def(py::init<uint64_t, std::string>(), py::arg("limit_bytes"), py::arg("flag"))
+      .def_property_readonly("used", &SequenceStateMemory::used)
+      .def_property_readonly("limit", &SequenceStateMemory::limit);
 
   py::class_<PinnedBufferPool, std::shared_ptr<PinnedBufferPool>>(m, "PinnedBufferPool")
       .def(py::init<size_t, bool>(), py::arg("capacity_bytes"), py::arg("use_cuda") = true)

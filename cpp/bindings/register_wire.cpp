@@ -41,7 +41,7 @@ std::shared_ptr<ModelSignature> make_signature(std::string name, std::string ver
     if (in.has_reshape) in.reshape = t[3].cast<std::vector<int64_t>>();
     in.optional = t[4].cast<bool>();
     in.utf8 = t[5].cast<bool>();
-    in.control = t.size() > 6 && t[6].cast<bool>();
+    in.core_written = t.size() > 6 && t[6].cast<bool>();
     signature->inputs.push_back(std::move(in));
   }
   for (const py::tuple& t : outputs) {

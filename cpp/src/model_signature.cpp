@@ -94,7 +94,7 @@ Status match_inputs(const BuildContext& build, std::vector<int>* given) {
   for (size_t i = 0; i < build.parsed.inputs.size(); ++i) {
     const std::string_view name = build.parsed.inputs[i].name;
     auto spec = std::find_if(model.inputs.begin(), model.inputs.end(),
-                             [&](const InputSignature& s) { return s.name == name && !s.control; });
+                             [&](const InputSignature& s) { return s.name == name && !s.core_written; });
     if (spec == model.inputs.end()) {
       unexpected.insert(name);
       continue;
@@ -106,7 +106,7 @@ Status match_inputs(const BuildContext& build, std::vector<int>* given) {
   if (!unexpected.empty()) {
     std::set<std::string_view> expected;
     for (const InputSignature& s : model.inputs) {
-      if (!s.control) expected.insert(s.name);
+      if (!s.core_written) expected.insert(s.name);
     }
     return invalid(build.model_text + " has no input(s) " + names_text(unexpected) + "; its inputs are " +
                    names_text(expected));
@@ -278,7 +278,7 @@ Status build_inputs(const BuildContext& build, InferenceRequest* out) {
   for (size_t m = 0; m < model.inputs.size(); ++m) {
     const InputSignature& spec = model.inputs[m];
     if (given[m] < 0) {
-      if (spec.optional || spec.control) {  // a control input is written at batching
+      if (spec.optional || spec.core_written) {  // a control input or a state: written at batching
         out->inputs.push_back(Tensor::Absent(spec.dtype));
         continue;
       }

@@ -1,6 +1,7 @@
 #include "inferd/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -9,16 +10,25 @@
 
 #include "decoupled_batch.h"
 #include "inferd/model_signature.h"
+#include "inferd/sequence_state.h"
 #include "inferd/structured_log.h"
 
 namespace inferd {
 namespace {
 
-std::unique_ptr<RequestBatcher> batcher_for(const SchedulerOptions& options, size_t instances) {
+std::unique_ptr<RequestBatcher> batcher_for(const SchedulerOptions& options, size_t instances,
+                                            const std::shared_ptr<PinnedBufferPool>& pool) {
   if (!options.sequence_batching) return std::make_unique<DynamicBatcher>(options.batching);
   SequenceOptions sequence = options.sequence;
   sequence.max_batch_size = options.batching.max_batch_size;
   sequence.instances = static_cast<uint32_t>(std::max<size_t>(instances, 1));
+  if (!sequence.state_specs.empty() && sequence.states == nullptr) {
+    auto memory = sequence.state_memory;
+    if (memory == nullptr)
+      memory = std::make_shared<SequenceStateMemory>(std::numeric_limits<uint64_t>::max(), "no bound");
+    sequence.states = std::make_shared<SequenceStates>(sequence.state_specs, sequence.max_batch_size > 0,
+                                                       sequence.visible_outputs, std::move(memory), pool);
+  }
   // Triton ends such a sequence silently; users ask to hear of it (server#3492, #6846).
   sequence.idle_ended = [model = options.model_name, timeout = sequence.max_sequence_idle](const SequenceFlags& ended) {
     if (!core_logs(LogLevel::kWarning)) return;
@@ -39,7 +49,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       instances_(std::move(instances)),
       completions_(std::move(completions)),
       pool_(std::move(pool)),
-      batcher_(batcher_for(options_, instances_.size())),
+      batcher_(batcher_for(options_, instances_.size(), pool_)),
       sequences_(options_.sequence_batching ? static_cast<SequenceBatcher*>(batcher_.get()) : nullptr),
       decoupled_(std::make_shared<DecoupledRequests>(
           [this](std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing) {

@@ -10,6 +10,7 @@
 
 #include "decoupled_batch.h"
 #include "inferd/scheduler.h"
+#include "inferd/sequence_state.h"
 #include "request_answers.h"
 #include "staged_batch.h"
 
@@ -97,8 +98,30 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   }
   staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
   if (!status.ok()) return status;
-  complete_batch(batch, &per_request, instance, timeline, batch->size());
+  const size_t batch_requests = batch->size();
+  keep_states(batch, &per_request);
+  if (!batch->empty()) complete_batch(batch, &per_request, instance, timeline, batch_requests);
   return Status::Ok();
+}
+
+void Scheduler::keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request) {
+  const SequenceStates* states = sequences_ != nullptr ? sequences_->states() : nullptr;
+  if (states == nullptr) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < batch->size(); ++i) {
+    const Status status = states->keep((*batch)[i].get(), &(*per_request)[i]);
+    if (!status.ok()) {
+      fail(std::move((*batch)[i]), status);  // its sequence keeps the state it was fed
+      continue;
+    }
+    if (kept != i) {  // never a self-move: it would empty the outputs
+      (*batch)[kept] = std::move((*batch)[i]);
+      (*per_request)[kept] = std::move((*per_request)[i]);
+    }
+    ++kept;
+  }
+  batch->resize(kept);
+  per_request->resize(kept);
 }
 
 Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatch* staged) {

@@ -80,6 +80,7 @@ struct SequenceBatcher::Sequence {
   bool telling = false;        // idle: the request telling the model is queued or running
   size_t instance = 0;         // direct: the instance whose slot it holds
   Clock::time_point last_active{};
+  CarriedState state;  // implicit state, while no request of it runs (that request carries it)
 };
 
 SequenceBatcher::SequenceBatcher(SequenceOptions options)
@@ -113,6 +114,10 @@ Status SequenceBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
   }
   const Key key{flags.id, flags.string_id};
   request->shape_key = shape_key(*request, Padding{});
+  if (flags.start && options_.states != nullptr && options_.states->any()) {
+    Status state = options_.states->initial(flags, &request->state);  // before the lock: it allocates
+    if (!state.ok()) return state;
+  }
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return Status::Error(StatusCode::kUnavailable, "the model is shutting down");
@@ -210,9 +215,8 @@ Clock::time_point SequenceBatcher::take_batch(uint32_t instance, Clock::time_poi
   std::sort(ready.begin(), ready.end(), [](const Sequence* a, const Sequence* b) {
     return a->waiting.front()->sequence < b->waiting.front()->sequence;
   });
-  const std::vector<int64_t>& shape = ready.front()->waiting.front()->shape_key;
-  ready.erase(std::remove_if(ready.begin() + 1, ready.end(),
-                             [&shape](const Sequence* s) { return s->waiting.front()->shape_key != shape; }),
+  const std::vector<int64_t> shape = batch_key(*ready.front());
+  ready.erase(std::remove_if(ready.begin() + 1, ready.end(), [&](const Sequence* s) { return batch_key(*s) != shape; }),
               ready.end());
   const size_t most = static_cast<size_t>(std::max<int64_t>(options_.max_batch_size, 1));
   const size_t count = std::min(ready.size(), most);
@@ -229,6 +233,14 @@ Clock::time_point SequenceBatcher::take_batch(uint32_t instance, Clock::time_poi
   return Clock::time_point::max();
 }
 
+std::vector<int64_t> SequenceBatcher::batch_key(const Sequence& sequence) const {
+  const InferenceRequest& next = *sequence.waiting.front();
+  if (options_.states == nullptr || !options_.states->any()) return next.shape_key;
+  std::vector<int64_t> key = next.shape_key;
+  options_.states->add_shapes(next.sequence_flags.start ? next.state : sequence.state, &key);
+  return key;
+}
+
 void SequenceBatcher::hand_out(Sequence& sequence, std::vector<std::unique_ptr<InferenceRequest>>* batch) {
   std::unique_ptr<InferenceRequest> request = std::move(sequence.waiting.front());
   sequence.waiting.pop_front();
@@ -236,10 +248,15 @@ void SequenceBatcher::hand_out(Sequence& sequence, std::vector<std::unique_ptr<I
   sequence.running = true;
   sequence.running_order = request->sequence;
   write_controls(options_.controls, options_.max_batch_size > 0, request.get());
+  if (options_.states != nullptr && options_.states->any()) {
+    // A START request brought its initial state; any other carries its sequence's.
+    if (!request->sequence_flags.start) request->state = std::move(sequence.state);
+    options_.states->feed(request->state, request.get());
+  }
   batch->push_back(std::move(request));
 }
 
-void SequenceBatcher::finished(const InferenceRequest& request) {
+void SequenceBatcher::finished(InferenceRequest& request) {
   if (!request.sequence_flags.any()) return;
   const Key key{request.sequence_flags.id, request.sequence_flags.string_id};
   std::lock_guard<std::mutex> lock(mutex_);
@@ -248,6 +265,7 @@ void SequenceBatcher::finished(const InferenceRequest& request) {
   Sequence& sequence = *found->second;
   if (!sequence.running || sequence.running_order != request.sequence) return;  // not handed out: it left waiting
   sequence.running = false;
+  sequence.state = std::move(request.state);
   sequence.last_active = Clock::now();
   if (!request.sequence_flags.ready) sequence.telling = false;  // the model was told
   if (!sequence.waiting.empty()) {

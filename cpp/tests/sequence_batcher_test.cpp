@@ -150,7 +150,7 @@ TEST(SequenceBatcher, ControlTensorsSayStartEndReadyAndTheId) {
   ASSERT_TRUE(batcher.enqueue(step(1, 99, true, false, 4)).ok());
   ASSERT_TRUE(batcher.enqueue(step(2, 99, false, true, 4)).ok());
   Batch batch = next(batcher);
-  const InferenceRequest& first = *batch[0];
+  InferenceRequest& first = *batch[0];
   ASSERT_EQ(first.inputs.size(), 5u);
   EXPECT_EQ(first.inputs[1].shape, (std::vector<int64_t>{1, 1}));  // a batching model's: [1, 1]
   EXPECT_EQ(value<int32_t>(first.inputs[1]), 1);
@@ -283,7 +283,7 @@ TEST(SequenceBatcher, WithTellIdleEndTheModelGetsOneMoreRequestOfAnIdleSequence)
   // Idle: the model is told, in a request of its own: END, READY false, no input of the client's.
   Batch told = next(batcher);
   ASSERT_EQ(told.size(), 1u);
-  const InferenceRequest& tell = *told[0];
+  InferenceRequest& tell = *told[0];
   EXPECT_TRUE(tell.inputs[0].absent);
   EXPECT_EQ(value<int32_t>(tell.inputs[1]), 1);  // END
   EXPECT_EQ(value<int32_t>(tell.inputs[2]), 0);  // READY

@@ -74,6 +74,11 @@ class SequenceOptions:
         controls: list[tuple[str, int, int, float, float]] = ...,
         tell_idle_end: bool = False,
         input_types: list[int] = ...,
+        # (input name, input index, output index, datatype code, dims, initial dims, initial
+        # bytes or b"" for zeros)
+        states: list[tuple[str, int, int, int, list[int], list[int], bytes]] = ...,
+        visible_outputs: int = 0,
+        state_memory: SequenceStateMemory | None = None,
     ) -> None: ...
     @property
     def oldest(self) -> bool: ...
@@ -81,6 +86,15 @@ class SequenceOptions:
     def max_sequence_idle_us(self) -> int: ...
     @property
     def controls(self) -> int: ...
+    @property
+    def states(self) -> int: ...
+
+class SequenceStateMemory:
+    def __init__(self, limit_bytes: int, flag: str) -> None: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
 
 class BatcherOptions:
     def __init__(

@@ -44,7 +44,7 @@ from inferd.observability.model_counters import EnsembleStepCounters, ModelCount
 from inferd.observability.open_files import OpenFilesWatch
 from inferd.observability.telemetry import Telemetry
 from inferd.observability.tracing import create_tracer_provider
-from inferd.repository import ModelRepository
+from inferd.repository import ModelRepository, sequence_state_memory
 from inferd.settings import ServerSettings
 from inferd.shared_memory import SharedMemory
 from inferd.transport.bls import DataPlaneModelCaller
@@ -253,6 +253,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
         cuda=cuda_runtime_description(),
     )
     repository = ModelRepository(settings.model_repository)
+    state_memory = sequence_state_memory(settings.max_sequence_state_bytes)
     registry = ModelRegistry(
         repository,
         dispatcher,
@@ -263,6 +264,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
         abandon=stopping,
         readiness=ReadinessRules(settings.strict_readiness, settings.ready_without_models),
         drain_timeout_s=settings.exit_timeout_secs,
+        state_memory=state_memory,
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.
@@ -272,6 +274,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
         else InferenceMetrics(
             lambda: _model_counters(registry),
             loaded=lambda: [(m.name, str(m.version)) for m in registry.published()],
+            state_memory=state_memory,
         )
     )
     if metrics is not None:

@@ -424,6 +424,15 @@ class ServerSettings:
             "assembled in; past it, batches use ordinary memory (Triton's flag and default).",
         ),
     )
+    max_sequence_state_bytes: int = field(
+        default=1 << 30,
+        metadata=_help(
+            EXECUTION,
+            "Bytes that stateful models' implicit state (sequence_batching.state) may hold, "
+            "every sequence of every model together; a new sequence past it, or a state "
+            "growing past it, is refused RESOURCE_EXHAUSTED.",
+        ),
+    )
     exit_timeout_secs: float = field(
         default=30.0,
         metadata=_help(

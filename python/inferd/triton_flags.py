@@ -310,8 +310,8 @@ TRITON_FLAGS: tuple[TritonFlag, ...] = (
     ),
     _ignored(
         "--cuda-virtual-address-size",
-        "sizes implicit sequence state, which inferd does not serve yet (such a config fails "
-        "its load)",
+        "sizes Triton's growable implicit state on a GPU; inferd keeps implicit state in host "
+        "memory, bounded by --max-sequence-state-bytes",
     ),
     _ignored(
         "--min-supported-compute-capability",

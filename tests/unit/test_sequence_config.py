@@ -1,18 +1,25 @@
 """A config's sequence_batching section as the core takes it (repository/sequence_config.py):
-the options and control inputs read, and every shape Triton does not accept refused at load
-with a message naming the field."""
+the options, control inputs and implicit states read, and every shape Triton does not accept
+refused at load with a message naming the field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from inferd._proto.model_config_pb2 import ModelConfig
+from inferd._proto.model_config_pb2 import DataType, ModelConfig
 from inferd.errors import ModelLoadError
 from inferd.repository.sequence_config import (
     control_inputs,
+    implicit_states,
     model_input_names,
+    model_output_names,
+    model_output_types,
     sequence_options,
+    sequence_state_memory,
 )
 
 BASE = """name: "m" backend: "python" max_batch_size: 4
@@ -76,10 +83,6 @@ def test_a_model_without_the_section_has_no_sequences() -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        (
-            'state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]',
-            "sequence_batching.state \\(implicit state\\) is not supported yet",
-        ),
         ("iterative_sequence: true", "iterative_sequence is not supported yet"),
         ("oldest { max_candidate_sequences: 0 }", "max_candidate_sequences 0 is outside"),
         (
@@ -122,3 +125,92 @@ def test_a_model_without_the_section_has_no_sequences() -> None:
 def test_what_triton_would_not_accept_fails_the_load(section: str, message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
         sequence_options(config(section))
+
+
+STATE = 'state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ -1, 2 ] '
+
+
+def test_states_read_after_the_controls_and_their_outputs_after_the_configs() -> None:
+    parsed = config(f"control_input [ {START} ] {STATE}" + "} ]")
+    assert model_input_names(parsed) == ["INPUT", "START", "S"]
+    assert model_output_names(parsed) == ["OUTPUT", "S_OUT"]
+    assert model_output_types(parsed) == [8, 11]  # TYPE_INT32, then the state's TYPE_FP32
+    (state,) = implicit_states(parsed)
+    assert (state.dims, state.initial_dims, state.initial) == ((-1, 2), (1, 2), b"")
+    with pytest.raises(ModelLoadError, match="needs the server's state memory"):
+        sequence_options(parsed)
+    options = sequence_options(parsed, None, sequence_state_memory(1 << 20))
+    assert options is not None and options.states == 1
+
+
+def test_a_state_the_config_lists_as_an_output_is_the_clients_too() -> None:
+    parsed = config(STATE + "} ]")
+    parsed.output.add(name="S_OUT", data_type=DataType.TYPE_FP32, dims=[-1, 2])
+    assert model_output_names(parsed) == ["OUTPUT", "S_OUT"]  # once: the config's
+    parsed.output[1].dims[:] = [3, 2]
+    with pytest.raises(ModelLoadError, match="another data_type or dims"):
+        implicit_states(parsed)
+
+
+def test_an_initial_state_comes_from_zeros_or_a_file_in_initial_state(tmp_path: Path) -> None:
+    zero = config(
+        STATE + "initial_state { data_type: TYPE_FP32 dims: [ 3, 2 ] zero_data: true } } ]"
+    )
+    assert implicit_states(zero)[0].initial_dims == (3, 2)
+    (tmp_path / "initial_state").mkdir()
+    values = np.arange(6, dtype=np.float32)
+    (tmp_path / "initial_state" / "start").write_bytes(values.tobytes())
+    from_file = config(
+        STATE + 'initial_state { data_type: TYPE_FP32 dims: [ 3, 2 ] data_file: "start" } } ]'
+    )
+    (state,) = implicit_states(from_file, tmp_path)
+    assert state.initial == values.tobytes()
+    (tmp_path / "initial_state" / "start").write_bytes(values[:5].tobytes())
+    with pytest.raises(ModelLoadError, match="has 20 bytes; FP32 \\[3, 2\\] takes 24"):
+        implicit_states(from_file, tmp_path)
+    (tmp_path / "secret").write_bytes(values.tobytes())
+    escaping = config(
+        STATE + 'initial_state { data_type: TYPE_FP32 dims: [ 3, 2 ] data_file: "../secret" } } ]'
+    )
+    with pytest.raises(ModelLoadError, match="must name a file in initial_state/"):
+        implicit_states(escaping, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (
+            'state [ { input_name: "INPUT" output_name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+            "input_name needs a name of its own",
+        ),
+        (
+            'state [ { input_name: "S" output_name: "O" data_type: TYPE_FP32 dims: [ 1 ] },'
+            ' { input_name: "T" output_name: "O" data_type: TYPE_FP32 dims: [ 1 ] } ]',
+            "output_name needs a name of its own",
+        ),
+        (
+            'state [ { input_name: "S" output_name: "O" data_type: TYPE_STRING dims: [ 1 ] } ]',
+            "data_type must be a fixed-width type",
+        ),
+        (
+            'state [ { input_name: "S" output_name: "O" data_type: TYPE_FP32 dims: [ -2 ] } ]',
+            "may hold -1 \\(any\\) but no other negative",
+        ),
+        (
+            STATE + "initial_state { data_type: TYPE_FP32 dims: [ 3, 3 ] zero_data: true } } ]",
+            "initial_state needs the state's data_type and fixed dims that fit \\[-1, 2\\]",
+        ),
+        (
+            STATE + "initial_state { data_type: TYPE_INT32 dims: [ 3, 2 ] zero_data: true } } ]",
+            "initial_state needs the state's data_type",
+        ),
+        (
+            STATE + "initial_state { data_type: TYPE_FP32 dims: [ 1, 2 ] zero_data: true }"
+            " initial_state { data_type: TYPE_FP32 dims: [ 1, 2 ] zero_data: true } } ]",
+            "at most one initial_state",
+        ),
+    ],
+)
+def test_a_state_triton_would_not_accept_fails_the_load(section: str, message: str) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        implicit_states(config(section))

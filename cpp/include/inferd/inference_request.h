@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "inferd/carried_state.h"
 #include "inferd/executor.h"
 #include "inferd/sequence_flags.h"
 #include "inferd/shared_memory.h"
@@ -84,6 +85,10 @@ struct InferenceRequest {
   Clock::time_point timeout_at = Clock::time_point::max();  // the queue policy's timeout
   uint64_t sequence = 0;                                    // enqueue order, for preserve_ordering
   std::vector<int64_t> shape_key;                           // non-batch dims of every input: requests batch when equal
+  // A stateful model's implicit state, while the request carries it (SequenceStates): a START
+  // request's initial state from enqueue; the sequence's state from the batch it joins until its
+  // final answer, replaced by what it computed.
+  CarriedState state;
 };
 
 struct EnsembleStepTiming;

@@ -24,9 +24,10 @@ struct InputSignature {
   std::vector<int64_t> reshape;
   bool optional = false;  // a request may leave it out
   bool utf8 = false;      // BYTES elements must be UTF-8 text (ONNX strings)
-  // A stateful model's control input (sequence_batching.control_input): the core writes it into
-  // each request (SequenceBatcher); a client that gives it is refused, as for any unknown input.
-  bool control = false;
+  // A stateful model's control input (sequence_batching.control_input) or implicit state
+  // (sequence_batching.state): the core writes it into each request (SequenceBatcher); a client
+  // that gives it is refused, as for any unknown input.
+  bool core_written = false;
 };
 
 struct OutputSignature {

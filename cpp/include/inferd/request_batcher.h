@@ -34,8 +34,8 @@ class RequestBatcher {
   // Takes the request with `token` out of the queues; nullptr if it is not waiting.
   virtual std::unique_ptr<InferenceRequest> cancel(uint64_t token) = 0;
   // A request that was queued here has had its final answer, however it ended (computed, failed,
-  // rejected, cancelled).
-  virtual void finished(const InferenceRequest& request) { (void)request; }
+  // rejected, cancelled). The batcher may take back what it lent the request (its sequence's state).
+  virtual void finished(InferenceRequest& request) { (void)request; }
   // Ends intake and wakes waiters; queued requests still leave through next_batch.
   virtual void close() = 0;
   // Removes every waiting request (for a shutdown that rejects them).

@@ -136,6 +136,10 @@ class Scheduler final : public RequestScheduler {
   Status run_batch(Executor* executor, uint32_t instance, StagedBatch* staged);
   // run_batch for an executor that answers each request: each request completed or failed alone.
   Status run_requests(Executor* executor, uint32_t instance, StagedBatch* staged);
+  // A stateful model's computed batch: each request's next state kept from its outputs
+  // (SequenceStates::keep), and the outputs cut to the client's; a request whose state cannot be
+  // kept fails alone and leaves `batch` (with its outputs).
+  void keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request);
   // Records a computed batch and completes its requests with their outputs (per_request[i] for
   // the i-th); `batch_requests`: how many requests the executed batch held.
   void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,

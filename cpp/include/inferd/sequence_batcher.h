@@ -14,6 +14,7 @@
 
 #include "inferd/inference_request.h"
 #include "inferd/request_batcher.h"
+#include "inferd/sequence_state.h"
 #include "inferd/tensor.h"
 
 namespace inferd {
@@ -63,12 +64,25 @@ struct SequenceOptions {
   // Called, without the batcher's lock, with a sequence ended for being idle past
   // max_sequence_idle (it had no request waiting or running); may be empty.
   std::function<void(const SequenceFlags& sequence)> idle_ended;
+  // Implicit state (sequence_batching.state): null or none for a model without. The Scheduler
+  // makes it from `state_specs`, `visible_outputs` and `state_memory`, with its pool.
+  std::shared_ptr<const SequenceStates> states;
+  std::vector<StateSpec> state_specs;
+  size_t visible_outputs = 0;  // the config's outputs; the executor's after them are states' alone
+  std::shared_ptr<SequenceStateMemory> state_memory;
 };
 
 // The queues of a stateful model version (Triton's sequence batcher): its requests belong to
 // sequences, named by their SequenceFlags id, and each sequence's requests run one at a time, in
 // the order they came, each only once the one before it has its final answer (the next step of a
 // sequence needs the last one's state).
+//
+// With implicit state (SequenceOptions::states), each sequence keeps its state here between its
+// requests: a START request brings its sequence's initial state from enqueue (refused
+// RESOURCE_EXHAUSTED when the state memory's bound has no room), the request handed out carries
+// the state into its batch (fed as its state inputs), and its final answer brings back the state
+// it left (SequenceStates::keep, by the Scheduler) or, failed, the one it was fed. Requests batch
+// only with requests whose states have their shapes. A sequence's state goes when it ends.
 //
 // A request with START begins its sequence (after what that id still has waiting, when it had
 // one); a request without START for an id that has no sequence, or whose last request ended it,
@@ -107,8 +121,9 @@ class SequenceBatcher final : public RequestBatcher {
   // Also reaps idle sequences when due.
   bool next_expired(std::vector<Rejection>* rejected) override;
   std::unique_ptr<InferenceRequest> cancel(uint64_t token) override;
-  // The sequence's next request may run now; an END request's sequence ends.
-  void finished(const InferenceRequest& request) override;
+  // The sequence's next request may run now, with the state `request` brings back; an END
+  // request's sequence ends.
+  void finished(InferenceRequest& request) override;
   void close() override;
   std::vector<std::unique_ptr<InferenceRequest>> take_all() override;
   size_t size() const override;
@@ -118,6 +133,10 @@ class SequenceBatcher final : public RequestBatcher {
   size_t active_sequences() const;
   size_t backlog_sequences() const;
   uint64_t idle_ended() const;
+  // The model's implicit state; null when it has none.
+  const SequenceStates* states() const {
+    return options_.states != nullptr && options_.states->any() ? options_.states.get() : nullptr;
+  }
 
  private:
   using Key = std::pair<uint64_t, std::string>;
@@ -130,6 +149,8 @@ class SequenceBatcher final : public RequestBatcher {
   Clock::time_point take_batch(uint32_t instance, Clock::time_point now,
                                std::vector<std::unique_ptr<InferenceRequest>>* batch);
   void hand_out(Sequence& sequence, std::vector<std::unique_ptr<InferenceRequest>>* batch);
+  // What `sequence`'s next request batches by: its inputs' shapes and the state it would be fed.
+  std::vector<int64_t> batch_key(const Sequence& sequence) const;
   // A sequence with nothing waiting or running is reaped max_sequence_idle after it was last
   // active: the expiry watcher is woken by then.
   void watch_idle(const Sequence& sequence);

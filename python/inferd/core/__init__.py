@@ -34,7 +34,13 @@ from inferd.core.native import (
     set_onnxruntime_logging,
     shown_message,
 )
-from inferd.core.policy import BatcherOptions, Padding, QueuePolicy, SequenceOptions
+from inferd.core.policy import (
+    BatcherOptions,
+    Padding,
+    QueuePolicy,
+    SequenceOptions,
+    SequenceStateMemory,
+)
 from inferd.core.python_worker import (
     CancellationFlag,
     ModelCalls,
@@ -87,6 +93,7 @@ __all__ = [
     "RequestAnsweringExecutor",
     "SchedulerDirectory",
     "SequenceOptions",
+    "SequenceStateMemory",
     "SharedMemoryRegistry",
     "StagingExecutor",
     "StatusCode",

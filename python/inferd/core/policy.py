@@ -16,3 +16,4 @@ BatcherOptions = _core.BatcherOptions
 QueuePolicy = _core.QueuePolicy
 Padding = _core.Padding
 SequenceOptions = _core.SequenceOptions
+SequenceStateMemory = _core.SequenceStateMemory

@@ -71,7 +71,7 @@ def core_signature(
     decoupled: bool = False,
     keeps_parameters: bool = False,
     bytes_are_text: bool = True,
-    controls: Sequence[TensorSignature] = (),
+    core_inputs: Sequence[TensorSignature] = (),
     sequence_batching: bool = False,
 ) -> ModelSignature:
     """What the core checks a model version's requests against and writes its answers from.
@@ -79,8 +79,9 @@ def core_signature(
     responses per request: the core's transport serves it on ModelStreamInfer only);
     ``keeps_parameters``: requests keep their own parameters (a python model's
     ``request.parameters()``); ``bytes_are_text``: BYTES inputs must be UTF-8 (ONNX strings; a
-    python model takes any bytes); ``controls``: a stateful model's control inputs, after its
-    inputs, written by the core into each request (the model then has sequence batching)."""
+    python model takes any bytes); ``core_inputs``: a stateful model's control inputs and
+    implicit states' inputs, after its inputs, written by the core into each request (the model
+    then has sequence batching)."""
     return _core.ModelSignature(
         name,
         version,
@@ -101,12 +102,12 @@ def core_signature(
         ]
         + [
             (t.name, t.datatype.config_type, list(t.dims), None, False, False, True)
-            for t in controls
+            for t in core_inputs
         ],
         [(t.name, t.datatype.config_type, list(t.dims), t.reshape is not None) for t in outputs],
         decoupled=decoupled,
         keeps_parameters=keeps_parameters,
-        sequence_batching=bool(controls) or sequence_batching,
+        sequence_batching=bool(core_inputs) or sequence_batching,
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.core import Executor, HostBufferPool, ModelCalls
+from inferd.errors import ModelLoadError
 from inferd.executors.onnxruntime import (
     OnnxRuntimeExecutor,
     OnnxRuntimeOptions,
@@ -27,7 +28,13 @@ from inferd.python_backend.model_config import config_json, execution_env
 from inferd.python_backend.worker_io import WorkerSpec
 from inferd.repository.config import PYTHON_BACKEND
 from inferd.repository.instances import GpuAccelerator, InstancePlacement
-from inferd.repository.sequence_config import control_inputs, model_input_names
+from inferd.repository.sequence_config import (
+    control_inputs,
+    implicit_states,
+    model_input_names,
+    model_output_names,
+    model_output_types,
+)
 
 
 def create_executors(
@@ -48,6 +55,12 @@ def create_executors(
     the core's router of them, has no route for; ``instance_health``
     gives each python instance the callback it reports its worker's restarts to; ``abandon``
     set (the load given up) stops a python model's initialize, its worker killed."""
+    if implicit_states(config) and (config.backend == PYTHON_BACKEND or wants_tensorrt(config)):
+        raise ModelLoadError(
+            f"model {config.name!r}: implicit state (sequence_batching.state) is kept for ONNX "
+            "models served by ONNX Runtime; a python model keeps its own state (by CORRID), "
+            "a TensorRT one is not served with it yet"
+        )
     if config.backend != PYTHON_BACKEND and wants_tensorrt(config):
         return list(
             tensorrt_executors(
@@ -93,14 +106,14 @@ def _onnxruntime_executor(
     GPU instance keeps the Python executor (IOBinding on its stream), pipelined
     (StagingExecutor); a CPU one without the library has nothing to stage."""
     inputs = model_input_names(config)
-    outputs = [t.name for t in config.output]
+    outputs = model_output_names(config)  # with the states' the config does not list
     if not placement.on_gpu and native_onnxruntime().version is not None:
         return NativeOnnxRuntimeExecutor(
             model_file,
             inputs,
             outputs,
             ort_options,
-            [int(t.data_type) for t in config.output],
+            model_output_types(config),
             model=config.name,
         )
     kind = StagingOnnxRuntimeExecutor if placement.on_gpu else OnnxRuntimeExecutor

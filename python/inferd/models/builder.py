@@ -22,6 +22,7 @@ from inferd.core import (
     HostBufferPool,
     ModelScheduler,
     SchedulerDirectory,
+    SequenceStateMemory,
     core_signature,
     cuda_device_count,
     cuda_runtime_description,
@@ -37,10 +38,13 @@ from inferd.repository import (
     batcher_options,
     control_inputs,
     gpu_accelerator,
+    implicit_states,
     instance_placements,
     load_model_config,
     model_filename,
+    model_output_types,
     sequence_options,
+    sequence_state_memory,
     stated_config,
 )
 from inferd.repository.config import ENSEMBLE_PLATFORM, PYTHON_BACKEND
@@ -110,8 +114,11 @@ class ModelVersionBuilder:
         onnxruntime_options: OnnxRuntimeOptions,
         engine_cache_dir: Path | None = None,
         limits: LoadLimits | None = None,
+        state_memory: SequenceStateMemory | None = None,
     ) -> None:
         self._limits = limits or LoadLimits()
+        # The bound every stateful model's sequences share (--max-sequence-state-bytes).
+        self.state_memory = state_memory if state_memory is not None else sequence_state_memory()
         self._repository = repository
         self._dispatcher = dispatcher
         self._pool = pool
@@ -212,7 +219,7 @@ class ModelVersionBuilder:
     ) -> LoadedModel:
         model_file = self._repository.model_file(name, version, model_filename(config))
         batching = batcher_options(config)
-        sequence = sequence_options(config)
+        sequence = sequence_options(config, model_file.parent.parent, self.state_memory)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
         inputs, outputs = _specs(config.input), _specs(config.output)
@@ -258,12 +265,12 @@ class ModelVersionBuilder:
                 # A python model reads its requests' parameters and takes BYTES as any bytes.
                 keeps_parameters=config.backend == PYTHON_BACKEND,
                 bytes_are_text=config.backend != PYTHON_BACKEND,
-                controls=control_inputs(config),
+                core_inputs=[*control_inputs(config), *implicit_states(config)],
                 sequence_batching=sequence is not None,
             ),
             batching,
             executors,
-            [t.datatype.config_type for t in outputs],
+            model_output_types(config),  # with the states' the config does not list
             sequence,
         )
         return LoadedModel(name, version, config, inputs, outputs, scheduler)

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 import structlog
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.core import CompletionDispatcher, EnsembleScheduler, HostBufferPool, SchedulerDirectory
+from inferd.core import (
+    CompletionDispatcher,
+    EnsembleScheduler,
+    HostBufferPool,
+    SchedulerDirectory,
+    SequenceStateMemory,
+)
 from inferd.errors import Cancelled, InferdError, NotFound, Unavailable
 from inferd.executors import OnnxRuntimeOptions
 from inferd.models.builder import LoadLimits, ModelVersionBuilder
@@ -77,6 +83,7 @@ class ModelRegistry:
         abandon: threading.Event | None = None,
         readiness: ReadinessRules | None = None,
         drain_timeout_s: float | None = None,
+        state_memory: SequenceStateMemory | None = None,
     ) -> None:
         self._repository = repository
         # How long an unload (or the old versions of a reload) waits for a python model's
@@ -94,6 +101,7 @@ class ModelRegistry:
             onnxruntime_options=onnxruntime_options,
             engine_cache_dir=engine_cache_dir,
             limits=limits,
+            state_memory=state_memory,
         )
         # Set once the server stops (``abandon_loads``, or by the owner of ``abandon``, a signal
         # handler): load_all and loads starting from then end at their next step.

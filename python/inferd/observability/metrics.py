@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from inferd.errors import ErrorCode
 from inferd.observability.core_metrics import CoreStatisticsCollector
@@ -21,6 +22,9 @@ from inferd.observability.failure_counts import FAILURE_REASONS, FailureCounts
 from inferd.observability.host_metrics import GpuCollector, HostCollector
 from inferd.observability.metrics_http import MetricsEndpoint
 from inferd.observability.model_counters import ModelCounters
+
+if TYPE_CHECKING:
+    from inferd.core import SequenceStateMemory
 
 
 class InferenceMetrics:
@@ -35,6 +39,7 @@ class InferenceMetrics:
         gpu: bool = True,
         loaded: Callable[[], Iterable[tuple[str, str]]] | None = None,
         proc: Path = Path("/proc"),
+        state_memory: SequenceStateMemory | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(CoreStatisticsCollector(snapshot))
@@ -50,7 +55,24 @@ class InferenceMetrics:
             ["model"],
             registry=self.registry,
         )
+        if state_memory is not None:
+            self._state_memory(state_memory)
         self._endpoint = MetricsEndpoint(self.registry)
+
+    def _state_memory(self, memory: SequenceStateMemory) -> None:
+        """What stateful models' implicit state holds, read at scrape time, and its bound."""
+        held = Gauge(
+            "inferd_sequence_state_bytes",
+            "Bytes held by stateful models' implicit state, every sequence of every model",
+            registry=self.registry,
+        )
+        held.set_function(lambda: memory.used)
+        limit = Gauge(
+            "inferd_sequence_state_limit_bytes",
+            "The bound on inferd_sequence_state_bytes (--max-sequence-state-bytes)",
+            registry=self.registry,
+        )
+        limit.set(memory.limit)
 
     def failed(self, model: str, version: str, code: ErrorCode) -> None:
         self.failures.count(model, version, FAILURE_REASONS.get(code, "OTHER"))

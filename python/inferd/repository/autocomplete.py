@@ -91,11 +91,15 @@ def complete_config(
         # Triton's completion lists the inputs a request must give; weights that a request may
         # override stay out unless the config names them, and so do the control inputs the core
         # writes (sequence_batching).
-        controls = {c.name for c in config.sequence_batching.control_input}
-        for t in (t for t in inputs if not t.has_default and t.name not in controls):
+        written = {c.name for c in config.sequence_batching.control_input} | {
+            s.input_name for s in config.sequence_batching.state
+        }
+        for t in (t for t in inputs if not t.has_default and t.name not in written):
             config.input.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
     if not config.output:
-        for t in outputs:
+        # An implicit state's output stays the core's unless the config lists it.
+        kept = {s.output_name for s in config.sequence_batching.state}
+        for t in (t for t in outputs if t.name not in kept):
             config.output.add(name=t.name, data_type=t.datatype.config_type, dims=t.shape[skip:])
     if not config.instance_group:
         config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
@@ -165,13 +169,49 @@ def check_against_model(
                 )
         if complete:
             required = {t.name for t in declared if not t.has_default}
-            if kind == "input":  # the core writes a stateful model's control inputs
+            if kind == "input":  # the core writes a stateful model's control inputs and states
                 seen |= {c.name for c in config.sequence_batching.control_input}
+                seen |= {s.input_name for s in config.sequence_batching.state}
             missing = sorted(required - seen)
             if missing:
                 raise ModelLoadError(
                     f"model {config.name!r}: the ONNX model needs {kind}s {missing}, "
                     "config.pbtxt does not list them"
+                )
+    _check_states(config, inputs, outputs)
+
+
+def _check_states(
+    config: ModelConfig, inputs: list[ModelTensor], outputs: list[ModelTensor]
+) -> None:
+    """Each implicit state's input and output are the ONNX model's, of the state's data_type
+    and of a shape its dims allow (after the batch dim when the model batches)."""
+    batched = config.max_batch_size > 0
+    for state in config.sequence_batching.state:
+        full = ((-1,) if batched else ()) + tuple(state.dims)
+        for kind, name, declared in (
+            ("input", state.input_name, inputs),
+            ("output", state.output_name, outputs),
+        ):
+            where = f"model {config.name!r}: sequence_batching.state {kind} {name!r}"
+            model_tensor = next((t for t in declared if t.name == name), None)
+            if model_tensor is None:
+                raise ModelLoadError(
+                    f"{where}: the ONNX model has no such {kind} "
+                    f"(it has {sorted(t.name for t in declared)})"
+                )
+            stated = BY_CONFIG_TYPE.get(state.data_type)
+            if stated is None or model_tensor.datatype != stated:
+                raise ModelLoadError(
+                    f"{where}: the state is {stated.config_name if stated else 'no valid type'}, "
+                    f"the ONNX model says {model_tensor.datatype.config_name}"
+                )
+            if len(full) != len(model_tensor.shape) or any(
+                c != m and -1 not in (c, m) for c, m in zip(full, model_tensor.shape, strict=True)
+            ):
+                raise ModelLoadError(
+                    f"{where}: the state's shape is {list(full)}, "
+                    f"the ONNX model has {list(model_tensor.shape)} (-1 = variable)"
                 )
 
 

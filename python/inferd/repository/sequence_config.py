@@ -3,19 +3,25 @@
 into each request: the one place the section is read.
 
 What inferd serves of it: the ``direct`` and ``oldest`` strategies,
-``max_sequence_idle_microseconds`` (0: 1 s, as Triton), and ``control_input`` (START, END, READY,
-CORRID). Implicit ``state`` and ``iterative_sequence`` are refused at load for now, never
-ignored. Beyond Triton, the config parameter ``inferd.sequence_idle_end: "tell"`` has the model
-sent one more request of a sequence ended for being idle (END, READY false, no other input).
+``max_sequence_idle_microseconds`` (0: 1 s, as Triton), ``control_input`` (START, END, READY,
+CORRID) and implicit ``state`` (ONNX models). ``iterative_sequence`` is refused at load for now,
+never ignored. Beyond Triton, the config parameter ``inferd.sequence_idle_end: "tell"`` has the
+model sent one more request of a sequence ended for being idle (END, READY false, no other input).
+
+The executor's inputs are the config's, then the control inputs, then the states' inputs; its
+outputs the config's, then each state's output that the config does not list (the client never
+sees those).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypedDict
 
 from inferd._proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
-from inferd.core import SequenceOptions
+from inferd.core import SequenceOptions, SequenceStateMemory
 from inferd.datatypes import BY_CONFIG_TYPE, DATATYPES, Datatype
 from inferd.errors import ModelLoadError
 from inferd.repository.ranges import MAX_QUEUE_DELAY_US, check_range
@@ -33,6 +39,18 @@ DEFAULT_MAX_SEQUENCE_IDLE_US = 1_000_000
 # "tell" (the model gets one more request of the sequence).
 IDLE_END_PARAMETER = "inferd.sequence_idle_end"
 _CORRID_TYPES = ("UINT64", "INT64", "UINT32", "INT32", "BYTES")
+# Where a state's initial_state.data_file lives, in the model's folder (Triton's).
+INITIAL_STATE_FOLDER = "initial_state"
+# The server flag that bounds the bytes every sequence's implicit state holds, and its default.
+STATE_MEMORY_FLAG = "--max-sequence-state-bytes"
+DEFAULT_MAX_SEQUENCE_STATE_BYTES = 1 << 30
+
+
+def sequence_state_memory(
+    limit_bytes: int = DEFAULT_MAX_SEQUENCE_STATE_BYTES,
+) -> SequenceStateMemory:
+    """The bound every stateful model's sequences share: their state's bytes, across models."""
+    return SequenceStateMemory(limit_bytes, STATE_MEMORY_FLAG)
 
 
 @dataclass(frozen=True)
@@ -113,23 +131,154 @@ def _control_input(
     return ControlInput(name, kind, datatype, float(false_value), float(true_value))
 
 
+@dataclass(frozen=True)
+class ImplicitState:
+    """An implicit state (sequence_batching.state): an input the core feeds each request of a
+    sequence (``name``) and the output it keeps from it for the next (``output_name``).
+    ``initial_dims`` and ``initial`` (bytes, row-major; b"" for zeros) are a new sequence's."""
+
+    name: str
+    output_name: str
+    datatype: Datatype
+    dims: tuple[int, ...]
+    initial_dims: tuple[int, ...]
+    initial: bytes = b""
+
+    # As the core's signature takes an input: written by the core, never the client's.
+    @property
+    def reshape(self) -> tuple[int, ...] | None:
+        return None
+
+    @property
+    def optional(self) -> bool:
+        return False
+
+
+def implicit_states(config: ModelConfig, model_dir: Path | None = None) -> list[ImplicitState]:
+    """The config's implicit states, checked, in its order; none without sequence_batching.
+    ``model_dir``: where an initial_state.data_file is read from (its initial_state/ folder);
+    None reads none (the states' shapes only). Raises ModelLoadError."""
+    if not config.HasField("sequence_batching"):
+        return []
+    taken = {tensor.name for tensor in config.input} | {c.name for c in control_inputs(config)}
+    outputs = {tensor.name: tensor for tensor in config.output}
+    seen_outputs: set[str] = set()
+    states: list[ImplicitState] = []
+    for entry in config.sequence_batching.state:
+        where = f"model {config.name!r}: sequence_batching.state {entry.input_name!r}"
+        if not entry.input_name or entry.input_name in taken:
+            raise ModelLoadError(
+                f"{where}: input_name needs a name of its own, not one of the model's inputs or "
+                "control inputs"
+            )
+        taken.add(entry.input_name)
+        if not entry.output_name or entry.output_name in seen_outputs:
+            raise ModelLoadError(f"{where}: output_name needs a name of its own")
+        seen_outputs.add(entry.output_name)
+        datatype = BY_CONFIG_TYPE.get(int(entry.data_type))
+        if datatype is None or datatype.is_bytes:
+            raise ModelLoadError(f"{where}: data_type must be a fixed-width type, not TYPE_STRING")
+        dims = tuple(int(d) for d in entry.dims)
+        if any(d < -1 for d in dims):
+            raise ModelLoadError(
+                f"{where}: dims {list(dims)} may hold -1 (any) but no other negative"
+            )
+        listed = outputs.get(entry.output_name)
+        if listed is not None and (
+            int(listed.data_type) != int(entry.data_type) or tuple(listed.dims) != dims
+        ):
+            raise ModelLoadError(
+                f"{where}: its output {entry.output_name!r} is in the config's outputs with "
+                "another data_type or dims than the state's"
+            )
+        initial_dims, initial = _initial_state(entry, datatype, dims, model_dir, where)
+        states.append(
+            ImplicitState(
+                entry.input_name, entry.output_name, datatype, dims, initial_dims, initial
+            )
+        )
+    return states
+
+
+def _initial_state(
+    entry: ModelSequenceBatching.State,
+    datatype: Datatype,
+    dims: tuple[int, ...],
+    model_dir: Path | None,
+    where: str,
+) -> tuple[tuple[int, ...], bytes]:
+    """A new sequence's state: Triton's, dims with 1 for each -1 and (where Triton leaves it
+    uninitialized) zeros, unless initial_state says otherwise."""
+    if len(entry.initial_state) == 0:
+        return tuple(1 if d == -1 else d for d in dims), b""
+    if len(entry.initial_state) > 1:
+        raise ModelLoadError(f"{where}: at most one initial_state")
+    initial = entry.initial_state[0]
+    initial_dims = tuple(int(d) for d in initial.dims)
+    fits = len(initial_dims) == len(dims) and all(
+        i >= 0 and (d == -1 or d == i) for i, d in zip(initial_dims, dims, strict=True)
+    )
+    if int(initial.data_type) != int(entry.data_type) or not fits:
+        raise ModelLoadError(
+            f"{where}: initial_state needs the state's data_type and fixed dims that fit "
+            f"{list(dims)}, has {list(initial_dims)}"
+        )
+    if initial.WhichOneof("state_data") != "data_file":
+        return initial_dims, b""  # zero_data
+    size = math.prod(initial_dims) * datatype.itemsize
+    if model_dir is None:
+        return initial_dims, bytes(size)
+    folder = (model_dir / INITIAL_STATE_FOLDER).resolve()
+    path = (folder / initial.data_file).resolve()
+    if not initial.data_file or not path.is_relative_to(folder) or not path.is_file():
+        raise ModelLoadError(
+            f"{where}: initial_state.data_file must name a file in {INITIAL_STATE_FOLDER}/"
+        )
+    if path.stat().st_size != size:
+        raise ModelLoadError(
+            f"{where}: initial_state.data_file has {path.stat().st_size} bytes; "
+            f"{datatype.name} {list(initial_dims)} takes {size}"
+        )
+    return initial_dims, path.read_bytes()
+
+
 def model_input_names(config: ModelConfig) -> list[str]:
-    """Every input the model takes, in order: the config's, then its control inputs."""
-    return [tensor.name for tensor in config.input] + [c.name for c in control_inputs(config)]
+    """Every input the model takes, in order: the config's, its control inputs, its states'."""
+    return (
+        [tensor.name for tensor in config.input]
+        + [c.name for c in control_inputs(config)]
+        + [state.name for state in implicit_states(config)]
+    )
 
 
-def sequence_options(config: ModelConfig) -> SequenceOptions | None:
+def model_output_names(config: ModelConfig) -> list[str]:
+    """Every output the model's executor gives, in order: the config's, then the states'
+    outputs the config does not list."""
+    listed = [tensor.name for tensor in config.output]
+    hidden = [s.output_name for s in implicit_states(config) if s.output_name not in listed]
+    return listed + hidden
+
+
+def model_output_types(config: ModelConfig) -> list[int]:
+    """The datatype codes of ``model_output_names``, in its order."""
+    listed = {tensor.name for tensor in config.output}
+    hidden = [s for s in implicit_states(config) if s.output_name not in listed]
+    return [int(t.data_type) for t in config.output] + [s.datatype.config_type for s in hidden]
+
+
+def sequence_options(
+    config: ModelConfig,
+    model_dir: Path | None = None,
+    state_memory: SequenceStateMemory | None = None,
+) -> SequenceOptions | None:
     """The completed config's sequence_batching section as the core's options, checked; None
-    without one. The control inputs' indices follow the config's inputs."""
+    without one. The control inputs' indices follow the config's inputs, the states' inputs
+    the control inputs. ``model_dir``: where initial states are read from; ``state_memory``:
+    the bound every sequence's state shares (required with implicit state)."""
     if not config.HasField("sequence_batching"):
         return None
     name = config.name
     section = config.sequence_batching
-    if len(section.state) > 0:
-        raise ModelLoadError(
-            f"model {name!r}: sequence_batching.state (implicit state) is not supported yet "
-            "(refused rather than ignored)"
-        )
     if section.iterative_sequence:
         raise ModelLoadError(
             f"model {name!r}: sequence_batching.iterative_sequence is not supported yet "
@@ -143,6 +292,11 @@ def sequence_options(config: ModelConfig) -> SequenceOptions | None:
         model=name,
     )
     controls = control_inputs(config)
+    states = implicit_states(config, model_dir)
+    if states and state_memory is None:
+        raise ModelLoadError(f"model {name!r}: implicit state needs the server's state memory")
+    outputs = model_output_names(config)
+    first_state = len(config.input) + len(controls)
     common: _CommonOptions = {
         "max_sequence_idle_us": idle_us or DEFAULT_MAX_SEQUENCE_IDLE_US,
         "controls": [
@@ -151,7 +305,22 @@ def sequence_options(config: ModelConfig) -> SequenceOptions | None:
         ],
         "tell_idle_end": _tells_idle_end(config),
         "input_types": [int(t.data_type) for t in config.input]
-        + [c.datatype.config_type for c in controls],
+        + [c.datatype.config_type for c in controls]
+        + [state.datatype.config_type for state in states],
+        "states": [
+            (
+                state.name,
+                first_state + k,
+                outputs.index(state.output_name),
+                state.datatype.config_type,
+                list(state.dims),
+                list(state.initial_dims),
+                state.initial,
+            )
+            for k, state in enumerate(states)
+        ],
+        "visible_outputs": len(config.output),
+        "state_memory": state_memory,
     }
     if section.WhichOneof("strategy_choice") == "oldest":
         return _oldest(config, section.oldest, common)
@@ -177,6 +346,9 @@ class _CommonOptions(TypedDict):
     controls: list[tuple[str, int, int, float, float]]
     tell_idle_end: bool
     input_types: list[int]
+    states: list[tuple[str, int, int, int, list[int], list[int], bytes]]
+    visible_outputs: int
+    state_memory: SequenceStateMemory | None
 
 
 def _tells_idle_end(config: ModelConfig) -> bool:
