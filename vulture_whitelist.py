@@ -132,4 +132,10 @@ _.set_bls_executor
 # TypedDict's fields are keyword arguments vulture does not follow).
 _.max_sequence_idle_us
 _.tell_idle_end
+_.iterative
 _.visible_outputs
+
+# example_decoder.py: the whole-generation baseline and the numpy reference, used by
+# benchmarks/continuous_batching.py and the decoder's tests.
+_.write_whole_decoder
+_.reference_tokens

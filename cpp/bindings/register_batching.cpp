@@ -4,11 +4,13 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "inferd/dynamic_batcher.h"
+#include "inferd/iterative_steps.h"
 #include "inferd/padding.h"
 #include "inferd/pinned_buffer_pool.h"
 #include "inferd/sequence_batcher.h"
@@ -144,7 +146,8 @@ void register_batching(py::module_& m) {
                        double minimum_slot_utilization, uint32_t max_candidate_sequences,
                        std::vector<int64_t> preferred_batch_sizes, const std::vector<py::tuple>& controls,
                        bool tell_idle_end, const std::vector<int>& input_types, const std::vector<py::tuple>& states,
-                       size_t visible_outputs, std::shared_ptr<SequenceStateMemory> state_memory) {
+                       size_t visible_outputs, std::shared_ptr<SequenceStateMemory> state_memory,
+                       const std::optional<py::tuple>& iterative) {
              SequenceOptions options;
              if (strategy == "oldest") {
                options.strategy = SequenceOptions::Strategy::kOldest;
@@ -202,6 +205,15 @@ void register_batching(py::module_& m) {
              options.state_memory = std::move(state_memory);
              if (!options.state_specs.empty() && options.state_memory == nullptr)
                throw std::invalid_argument("implicit state needs state_memory, its bound");
+             if (iterative) {
+               IterativeOptions steps;
+               steps.feedback = (*iterative)[0].cast<std::vector<std::pair<uint32_t, uint32_t>>>();
+               steps.end_output = (*iterative)[1].cast<int64_t>();
+               steps.max_steps = (*iterative)[2].cast<uint32_t>();
+               if (steps.max_steps == 0)
+                 throw std::invalid_argument("an iterative model's max_steps must be at least 1");
+               options.iterative = std::make_shared<IterativeSteps>(std::move(steps));
+             }
              return options;
            }),
            py::kw_only(), py::arg("strategy") = "direct", py::arg("max_sequence_idle_us") = 1'000'000,
@@ -209,20 +221,23 @@ void register_batching(py::module_& m) {
            py::arg("max_candidate_sequences") = 1, py::arg("preferred_batch_sizes") = std::vector<int64_t>{},
            py::arg("controls") = std::vector<py::tuple>{}, py::arg("tell_idle_end") = false,
            py::arg("input_types") = std::vector<int>{}, py::arg("states") = std::vector<py::tuple>{},
-           py::arg("visible_outputs") = 0, py::arg("state_memory") = nullptr,
+           py::arg("visible_outputs") = 0, py::arg("state_memory") = nullptr, py::arg("iterative") = py::none(),
            "controls: (kind START, END, READY or CORRID, the input's index in the model's inputs, datatype code, "
            "false value, true value). tell_idle_end: a sequence ended for being idle is told to the model by one "
            "more request (END, READY false, no other input); input_types: every model input's datatype code. "
            "states: implicit state, (input name, input index, output index in the executor's outputs, datatype "
            "code, dims with -1 for any, a new sequence's dims, its bytes or b'' for zeros); visible_outputs: how "
-           "many executor outputs the client sees; state_memory: the bound every sequence's state shares.")
+           "many executor outputs the client sees; state_memory: the bound every sequence's state shares. "
+           "iterative: each request a whole sequence run step by step, (feedback [(output index, input index)], "
+           "end output index or -1, max steps).")
       .def_property_readonly("oldest",
                              [](const SequenceOptions& o) { return o.strategy == SequenceOptions::Strategy::kOldest; })
       .def_property_readonly(
           "max_sequence_idle_us",
           [](const SequenceOptions& o) { return static_cast<uint64_t>(o.max_sequence_idle.count()); })
       .def_property_readonly("controls", [](const SequenceOptions& o) { return o.controls.size(); })
-      .def_property_readonly("states", [](const SequenceOptions& o) { return o.state_specs.size(); });
+      .def_property_readonly("states", [](const SequenceOptions& o) { return o.state_specs.size(); })
+      .def_property_readonly("iterative", [](const SequenceOptions& o) { return o.iterative != nullptr; });
 
   py::class_<SequenceStateMemory, std::shared_ptr<SequenceStateMemory>>(
       m, "SequenceStateMemory", "The bytes every stateful model's sequences hold in state, and their bound.")

@@ -22,11 +22,16 @@ void ModelStatistics::record_batch(const std::vector<std::unique_ptr<InferenceRe
 }
 
 void ModelStatistics::record_batch(const std::vector<const InferenceRequest*>& requests, const BatchTimeline& t) {
-  const uint64_t n = requests.size();
+  record_step(requests, requests, t);
+}
+
+void ModelStatistics::record_step(const std::vector<const InferenceRequest*>& stepped,
+                                  const std::vector<const InferenceRequest*>& finished, const BatchTimeline& t) {
+  const uint64_t n = finished.size();
   uint64_t rows = 0, queue_ns = 0, total_ns = 0;
   LatencyHistogram request_duration, queue_duration;  // this batch's, merged under the lock
-  for (const auto& request : requests) {
-    rows += static_cast<uint64_t>(request->batch_size);
+  for (const auto& request : stepped) rows += static_cast<uint64_t>(request->batch_size);
+  for (const auto& request : finished) {
     const uint64_t queued = ns_between(request->enqueue_time, t.start);
     const uint64_t total = ns_between(request->enqueue_time, t.output_done);
     queue_ns += queued;

@@ -51,6 +51,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       pool_(std::move(pool)),
       batcher_(batcher_for(options_, instances_.size(), pool_)),
       sequences_(options_.sequence_batching ? static_cast<SequenceBatcher*>(batcher_.get()) : nullptr),
+      iterative_(options_.sequence_batching ? options_.sequence.iterative.get() : nullptr),
       decoupled_(std::make_shared<DecoupledRequests>(
           [this](std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing) {
             complete_open(std::move(request), std::move(result), timing);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "decoupled_batch.h"
+#include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
 #include "inferd/sequence_state.h"
 #include "request_answers.h"
@@ -81,6 +82,13 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   BatchTimeline& timeline = staged->timeline;
   Status status = staged->status;
   std::vector<std::vector<Tensor>> per_request;
+  // An iterative batch's cancels are looked at between steps: its requests are watched meanwhile.
+  std::optional<RunningRequests::Watch> watch;
+  if (iterative_ != nullptr) {
+    std::vector<uint64_t> tokens;
+    for (const auto& request : *batch) tokens.push_back(request->token);
+    watch.emplace(&running_, std::move(tokens));
+  }
   if (status.ok()) {
     staged->executor_failed = true;  // unless it succeeds below, the failure is the executor's
     try {
@@ -99,12 +107,71 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
   if (!status.ok()) return status;
   const size_t batch_requests = batch->size();
-  keep_states(batch, &per_request);
-  if (!batch->empty()) complete_batch(batch, &per_request, instance, timeline, batch_requests);
+  std::vector<bool> cancelled;
+  for (size_t i = 0; watch && i < batch->size(); ++i) cancelled.push_back(watch->flag(i)->load());
+  keep_states(batch, &per_request, &cancelled);
+  if (iterative_ != nullptr) {
+    step_iterative(batch, &per_request, cancelled, instance, timeline, batch_requests);
+  } else if (!batch->empty()) {
+    complete_batch(batch, &per_request, instance, timeline, batch_requests);
+  }
   return Status::Ok();
 }
 
-void Scheduler::keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request) {
+void Scheduler::step_iterative(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
+                               const std::vector<bool>& cancelled, uint32_t instance, const BatchTimeline& timeline,
+                               size_t batch_requests) {
+  // Decided before any request goes back: from then on another worker may run, and end, it.
+  std::vector<const InferenceRequest*> stepped, finished;
+  std::vector<bool> ended(batch->size());
+  int64_t rows = 0;
+  for (size_t i = 0; i < batch->size(); ++i) {
+    InferenceRequest& request = *(*batch)[i];
+    ++request.iteration;
+    ended[i] = cancelled[i] || iterative_->ended(request, (*per_request)[i]);
+    stepped.push_back(&request);
+    rows += request.batch_size;
+    if (ended[i] && !cancelled[i]) finished.push_back(&request);
+  }
+  statistics_.record_step(stepped, finished, timeline);
+  const RequestTiming timing = batch_timing(instance, timeline, batch_requests, rows);
+  RequestBatch done;
+  std::vector<std::vector<Tensor>> done_outputs;
+  for (size_t i = 0; i < batch->size(); ++i) {
+    std::unique_ptr<InferenceRequest>& request = (*batch)[i];
+    if (cancelled[i]) {
+      fail(std::move(request), Status::Error(StatusCode::kCancelled, "the request was cancelled"));
+      continue;
+    }
+    const bool streams = request->signature != nullptr && request->signature->decoupled && request->sink != nullptr;
+    if (streams) {  // each step is a response; the last one comes with the final flag
+      const std::optional<uint64_t> first =
+          request->iteration == 1 ? std::optional<uint64_t>(ns_between(request->enqueue_time, Clock::now()))
+                                  : std::nullopt;
+      statistics_.record_responses(1, first);
+    }
+    if (ended[i]) {
+      done.push_back(std::move(request));
+      done_outputs.push_back(std::move((*per_request)[i]));
+      continue;
+    }
+    if (streams) {
+      RequestResult response;
+      response.outputs = (*per_request)[i];
+      request->sink->respond(*request, std::move(response));
+    }
+    iterative_->feed_back((*per_request)[i], request.get());
+    if (!sequences_->reschedule(request)) {
+      fail(std::move(request),
+           Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded"));
+    }
+  }
+  batch->clear();
+  if (!done.empty()) complete_computed(&done, &done_outputs, timing);
+}
+
+void Scheduler::keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
+                            std::vector<bool>* cancelled) {
   const SequenceStates* states = sequences_ != nullptr ? sequences_->states() : nullptr;
   if (states == nullptr) return;
   size_t kept = 0;
@@ -117,11 +184,13 @@ void Scheduler::keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>
     if (kept != i) {  // never a self-move: it would empty the outputs
       (*batch)[kept] = std::move((*batch)[i]);
       (*per_request)[kept] = std::move((*per_request)[i]);
+      if (kept < cancelled->size()) (*cancelled)[kept] = (*cancelled)[i];
     }
     ++kept;
   }
   batch->resize(kept);
   per_request->resize(kept);
+  if (cancelled->size() > kept) cancelled->resize(kept);
 }
 
 Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatch* staged) {

@@ -97,6 +97,17 @@ size_t SequenceBatcher::places() const {
 }
 
 Status SequenceBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
+  if (options_.iterative != nullptr) {
+    if (request->sequence_flags.any()) {
+      return Status::Error(StatusCode::kInvalidArgument,
+                           "the model's requests are each a whole iterative sequence "
+                           "(sequence_batching.iterative_sequence): a request takes no sequence_id");
+    }
+    request->sequence_flags.start = true;
+    request->sequence_flags.end = options_.iterative->last_step(*request);
+    std::lock_guard<std::mutex> lock(mutex_);
+    request->sequence_flags.id = next_iterative_id_++;
+  }
   const SequenceFlags flags = request->sequence_flags;
   if (!flags.any()) {
     return Status::Error(StatusCode::kInvalidArgument,
@@ -266,6 +277,7 @@ void SequenceBatcher::finished(InferenceRequest& request) {
   if (!sequence.running || sequence.running_order != request.sequence) return;  // not handed out: it left waiting
   sequence.running = false;
   sequence.state = std::move(request.state);
+  if (options_.iterative != nullptr) return end(key);  // the request was the whole sequence
   sequence.last_active = Clock::now();
   if (!request.sequence_flags.ready) sequence.telling = false;  // the model was told
   if (!sequence.waiting.empty()) {
@@ -274,6 +286,28 @@ void SequenceBatcher::finished(InferenceRequest& request) {
   }
   if (request.sequence_flags.end) return end(key);
   watch_idle(sequence);
+}
+
+bool SequenceBatcher::reschedule(std::unique_ptr<InferenceRequest>& request) {
+  const Key key{request->sequence_flags.id, request->sequence_flags.string_id};
+  request->sequence_flags.start = false;
+  request->sequence_flags.end = options_.iterative != nullptr && options_.iterative->last_step(*request);
+  request->shape_key = shape_key(*request, Padding{});  // what was fed back may have another shape
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto found = sequences_.find(key);
+  if (emptied_ || found == sequences_.end()) return false;
+  Sequence& sequence = *found->second;
+  sequence.running = false;
+  sequence.state = std::move(request->state);
+  sequence.last_active = Clock::now();
+  if (request->deadline < expiry_watch_until_) {
+    expiry_watch_until_ = request->deadline;
+    expiry_changed_.notify_one();
+  }
+  sequence.waiting.push_front(std::move(request));
+  ++size_;
+  changed_.notify_all();
+  return true;
 }
 
 void SequenceBatcher::watch_idle(const Sequence& sequence) {
@@ -410,6 +444,7 @@ void SequenceBatcher::close() {
 std::vector<std::unique_ptr<InferenceRequest>> SequenceBatcher::take_all() {
   std::vector<std::unique_ptr<InferenceRequest>> all;
   std::lock_guard<std::mutex> lock(mutex_);
+  emptied_ = true;
   for (auto& [key, sequence] : sequences_) {
     for (auto& request : sequence->waiting) all.push_back(std::move(request));
     sequence->waiting.clear();

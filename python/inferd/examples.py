@@ -4,8 +4,9 @@ Writes a Triton-layout repository (`<root>/<model>/1/model.onnx` plus an
 optional `<root>/<model>/config.pbtxt`). Everything is built with
 `onnx.helper` from a fixed seed so the output is byte-for-byte reproducible.
 Besides the ONNX models: a python-backend model (`tokenize`, `1/model.py`),
-an ensemble (`text_embedding`: tokenize -> embed) and a decoupled python model
-streaming tokens (`generate`).
+an ensemble (`text_embedding`: tokenize -> embed), a decoupled python model
+streaming tokens (`generate`) and a GRU decoder served as an iterative sequence
+(`decoder`, example_decoder.py).
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from inferd.datatypes import DATATYPES
+from inferd.example_decoder import write_decoder
+from inferd.onnx_versions import IR_VERSION, OPSET
 
-# Pinned explicitly: onnx's defaults track its own newest IR/opset, which an
-# older onnxruntime may refuse to load.
-OPSET: Final = 17
-IR_VERSION: Final = 9
 PLATFORM: Final = "onnxruntime_onnx"
 SEED: Final = 0
 
@@ -426,6 +425,7 @@ def make_examples(root: pathlib.Path) -> list[str]:
     _write_embed(root / "embed", rng)
     _write_text_embedding(root / "text_embedding")
     _write_python_model(root / "generate", GENERATE_MODEL_PY, GENERATE_CONFIG)
+    write_decoder(root / "decoder")
     return [
         "simple",
         "identity_fp32",
@@ -435,4 +435,5 @@ def make_examples(root: pathlib.Path) -> list[str]:
         "embed",
         "text_embedding",
         "generate",
+        "decoder",
     ]

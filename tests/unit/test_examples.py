@@ -18,8 +18,15 @@ from inferd.examples import make_examples, write_identity_model
 from inferd.python_backend import pb_utils
 from tests.unit.test_pb_utils import RecordingSender
 
-ONNX_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes", "embed"]
-EXPECTED_MODELS = [*ONNX_MODELS[:4], "tokenize", "embed", "text_embedding", "generate"]
+ONNX_MODELS = ["simple", "identity_fp32", "mlp", "identity_bytes", "embed", "decoder"]
+EXPECTED_MODELS = [
+    *ONNX_MODELS[:4],
+    "tokenize",
+    "embed",
+    "text_embedding",
+    "generate",
+    "decoder",
+]
 PYTHON_MODELS = ["tokenize", "generate"]
 
 # onnxruntime's type string per protocol datatype (as reported by NodeArg.type).

@@ -35,6 +35,7 @@ def config_of(repo: Path, name: str, text: str | None = None, default_mbs: int =
 def test_layout_lists_models_and_versions(repo: Path) -> None:
     repository = ModelRepository(repo)
     assert repository.model_names() == [
+        "decoder",
         "embed",
         "generate",
         "identity_bytes",

@@ -15,6 +15,7 @@ from inferd.errors import ModelLoadError
 from inferd.repository.sequence_config import (
     control_inputs,
     implicit_states,
+    iterative_steps,
     model_input_names,
     model_output_names,
     model_output_types,
@@ -83,7 +84,6 @@ def test_a_model_without_the_section_has_no_sequences() -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ("iterative_sequence: true", "iterative_sequence is not supported yet"),
         ("oldest { max_candidate_sequences: 0 }", "max_candidate_sequences 0 is outside"),
         (
             "oldest { max_candidate_sequences: 2 preferred_batch_size: [ 9 ] }",
@@ -214,3 +214,54 @@ def test_an_initial_state_comes_from_zeros_or_a_file_in_initial_state(tmp_path: 
 def test_a_state_triton_would_not_accept_fails_the_load(section: str, message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
         implicit_states(config(section))
+
+
+ITERATIVE = """name: "it" platform: "onnxruntime_onnx" max_batch_size: 8
+input [ { name: "TOKEN" data_type: TYPE_INT64 dims: [ 1 ] },
+        { name: "LENGTH" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "DONE" data_type: TYPE_BOOL dims: [ 1 ] },
+         { name: "NEXT" data_type: TYPE_INT64 dims: [ 1 ] } ]
+sequence_batching { iterative_sequence: true }
+"""
+
+
+def iterative(**parameters: str) -> ModelConfig:
+    parsed = text_format.Parse(ITERATIVE, ModelConfig())
+    for key, value in parameters.items():
+        parsed.parameters[f"inferd.iterative.{key}"].string_value = value
+    return parsed
+
+
+def test_an_iterative_models_steps_read_by_index() -> None:
+    steps = iterative(feedback="NEXT:TOKEN", end_output="DONE", max_steps="64")
+    assert iterative_steps(steps) == ([(1, 0)], 0, 64)
+    assert iterative_steps(iterative(end_output="DONE")) == ([], 0, 4096)  # Triton-like default
+    options = sequence_options(steps)
+    assert options is not None and options.iterative
+    assert iterative_steps(text_format.Parse(BASE, ModelConfig())) is None
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({}, "say how a generation goes on and ends"),
+        ({"feedback": "NEXT"}, "must name one of the config's outputs"),
+        ({"feedback": "NEXT:STATE"}, "must name one of the config's outputs"),
+        ({"feedback": "DONE:TOKEN"}, "an input of another data_type"),
+        ({"end_output": "FINISHED"}, "is not one of the config's outputs"),
+        ({"end_output": "DONE", "max_steps": "0"}, "max_steps '0' is not in 1.."),
+        ({"end_output": "DONE", "max_steps": "many"}, "max_steps 'many' is not in 1.."),
+    ],
+)
+def test_iterative_parameters_that_do_not_fit_fail_the_load(
+    parameters: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        iterative_steps(iterative(**parameters))
+
+
+def test_iterative_parameters_need_an_iterative_model() -> None:
+    plain = config("")
+    plain.parameters["inferd.iterative.max_steps"].string_value = "4"
+    with pytest.raises(ModelLoadError, match=r"needs sequence_batching\.iterative_sequence: true"):
+        iterative_steps(plain)

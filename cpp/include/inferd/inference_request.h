@@ -89,6 +89,7 @@ struct InferenceRequest {
   // request's initial state from enqueue; the sequence's state from the batch it joins until its
   // final answer, replaced by what it computed.
   CarriedState state;
+  uint32_t iteration = 0;  // an iterative sequence's request: the steps it has run
 };
 
 struct EnsembleStepTiming;

@@ -65,6 +65,11 @@ class ModelStatistics {
   // its batch size: requests count for the success and queue figures, rows for the inferences).
   void record_batch(const std::vector<std::unique_ptr<InferenceRequest>>& requests, const BatchTimeline& timeline);
   void record_batch(const std::vector<const InferenceRequest*>& requests, const BatchTimeline& timeline);
+  // One step of an iterative model's batch (sequence_batching.iterative_sequence): an execution
+  // of every row `stepped` holds; of its requests, only those `finished` by it (their generation
+  // ended) count as requests, their duration from their enqueue, charged this step's compute.
+  void record_step(const std::vector<const InferenceRequest*>& stepped,
+                   const std::vector<const InferenceRequest*>& finished, const BatchTimeline& timeline);
   // Records `count` requests that failed after `total_ns` in the core (queued or computing).
   void record_failures(uint64_t count, uint64_t total_ns);
   // Records one request of `rows` answered after `total_ns` that rode no batch of this model's

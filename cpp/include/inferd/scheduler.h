@@ -139,7 +139,16 @@ class Scheduler final : public RequestScheduler {
   // A stateful model's computed batch: each request's next state kept from its outputs
   // (SequenceStates::keep), and the outputs cut to the client's; a request whose state cannot be
   // kept fails alone and leaves `batch` (with its outputs).
-  void keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request);
+  // `cancelled` (iterative: per request, whether it was cancelled during the step; else empty) is
+  // kept beside the requests that stay.
+  void keep_states(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, std::vector<bool>* cancelled);
+  // An iterative model's computed step: each request that ended (its end output, max_steps) is
+  // completed with the step's outputs; one cancelled meanwhile fails CANCELLED; every other one
+  // streams the step's outputs as a response (a decoupled model's), is fed them back and goes
+  // back to the batcher for its next step.
+  void step_iterative(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
+                      const std::vector<bool>& cancelled, uint32_t instance, const BatchTimeline& timeline,
+                      size_t batch_requests);
   // Records a computed batch and completes its requests with their outputs (per_request[i] for
   // the i-th); `batch_requests`: how many requests the executed batch held.
   void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,
@@ -165,7 +174,8 @@ class Scheduler final : public RequestScheduler {
   std::shared_ptr<CompletionQueue> completions_;
   std::shared_ptr<PinnedBufferPool> pool_;
   const std::unique_ptr<RequestBatcher> batcher_;
-  SequenceBatcher* const sequences_;  // batcher_, for a stateful model; else null
+  SequenceBatcher* const sequences_;       // batcher_, for a stateful model; else null
+  const IterativeSteps* const iterative_;  // an iterative model's steps; else null
   ModelStatistics statistics_;
   RunningRequests running_;  // the requests of batches executors answer request by request
   // Decoupled batches with a request still open after their execute returned.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "inferd/inference_request.h"
+#include "inferd/iterative_steps.h"
 #include "inferd/request_batcher.h"
 #include "inferd/sequence_state.h"
 #include "inferd/tensor.h"
@@ -70,6 +71,9 @@ struct SequenceOptions {
   std::vector<StateSpec> state_specs;
   size_t visible_outputs = 0;  // the config's outputs; the executor's after them are states' alone
   std::shared_ptr<SequenceStateMemory> state_memory;
+  // iterative_sequence: each request is a sequence of its own, run one step per batch and
+  // rescheduled until it ends (IterativeSteps); null for a model whose requests name sequences.
+  std::shared_ptr<const IterativeSteps> iterative;
 };
 
 // The queues of a stateful model version (Triton's sequence batcher): its requests belong to
@@ -83,6 +87,12 @@ struct SequenceOptions {
 // the state into its batch (fed as its state inputs), and its final answer brings back the state
 // it left (SequenceStates::keep, by the Scheduler) or, failed, the one it was fed. Requests batch
 // only with requests whose states have their shapes. A sequence's state goes when it ends.
+//
+// An iterative model's requests (SequenceOptions::iterative) name no sequence: each is a sequence
+// of its own (an id the batcher gives it, START on its first step, END on its last by max_steps),
+// batched with the other sequences' steps as any sequence's requests are; after each step that
+// does not end it, the Scheduler gives it back (reschedule) for its next, at its place in the
+// oldest-first order, so that sequences join and leave the batch at every step.
 //
 // A request with START begins its sequence (after what that id still has waiting, when it had
 // one); a request without START for an id that has no sequence, or whose last request ended it,
@@ -122,8 +132,12 @@ class SequenceBatcher final : public RequestBatcher {
   bool next_expired(std::vector<Rejection>* rejected) override;
   std::unique_ptr<InferenceRequest> cancel(uint64_t token) override;
   // The sequence's next request may run now, with the state `request` brings back; an END
-  // request's sequence ends.
+  // request's sequence ends, as does an iterative request's.
   void finished(InferenceRequest& request) override;
+  // An iterative request that ran a step and goes on: queued again for its next step, with the
+  // state it brings back. False, the request left with the caller, once a shutdown that rejects
+  // took the queues (take_all).
+  bool reschedule(std::unique_ptr<InferenceRequest>& request);
   void close() override;
   std::vector<std::unique_ptr<InferenceRequest>> take_all() override;
   size_t size() const override;
@@ -175,7 +189,9 @@ class SequenceBatcher final : public RequestBatcher {
   size_t size_ = 0;  // requests waiting
   uint64_t next_order_ = 0;
   uint64_t idle_ended_ = 0;
+  uint64_t next_iterative_id_ = 1;  // an iterative request's sequence id
   bool closed_ = false;
+  bool emptied_ = false;  // take_all ran: nothing is queued again
   Clock::time_point expiry_watch_until_ = Clock::time_point::max();
 };
 

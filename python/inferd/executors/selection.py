@@ -55,6 +55,13 @@ def create_executors(
     the core's router of them, has no route for; ``instance_health``
     gives each python instance the callback it reports its worker's restarts to; ``abandon``
     set (the load given up) stops a python model's initialize, its worker killed."""
+    iterative = config.sequence_batching.iterative_sequence
+    if iterative and (config.backend == PYTHON_BACKEND or wants_tensorrt(config)):
+        raise ModelLoadError(
+            f"model {config.name!r}: sequence_batching.iterative_sequence is served for ONNX "
+            "models run by ONNX Runtime; a python model's request.set_release_flags(RESCHEDULE) "
+            "and TensorRT are not served with it yet"
+        )
     if implicit_states(config) and (config.backend == PYTHON_BACKEND or wants_tensorrt(config)):
         raise ModelLoadError(
             f"model {config.name!r}: implicit state (sequence_batching.state) is kept for ONNX "

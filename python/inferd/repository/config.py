@@ -145,10 +145,15 @@ def load_model_config(
     config.name = name
     check_honoured(config)
     _check_platform(config)
-    if config.model_transaction_policy.decoupled and config.backend != PYTHON_BACKEND:
+    if (
+        config.model_transaction_policy.decoupled
+        and config.backend != PYTHON_BACKEND
+        and not config.sequence_batching.iterative_sequence
+    ):
         raise ModelLoadError(
             f"model {name!r}: model_transaction_policy {{ decoupled: true }} is served for "
-            'python models (backend: "python") only'
+            'python models (backend: "python") and iterative sequences '
+            "(sequence_batching.iterative_sequence: true, a response per step) only"
         )
     if config.backend == PYTHON_BACKEND and defines_auto_complete(model_path):
         config = auto_complete(config, model_path)

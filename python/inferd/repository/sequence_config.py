@@ -4,9 +4,12 @@ into each request: the one place the section is read.
 
 What inferd serves of it: the ``direct`` and ``oldest`` strategies,
 ``max_sequence_idle_microseconds`` (0: 1 s, as Triton), ``control_input`` (START, END, READY,
-CORRID) and implicit ``state`` (ONNX models). ``iterative_sequence`` is refused at load for now,
-never ignored. Beyond Triton, the config parameter ``inferd.sequence_idle_end: "tell"`` has the
-model sent one more request of a sequence ended for being idle (END, READY false, no other input).
+CORRID), implicit ``state`` and ``iterative_sequence`` (ONNX models). Beyond Triton, the config
+parameter ``inferd.sequence_idle_end: "tell"`` has the model sent one more request of a sequence
+ended for being idle (END, READY false, no other input), and an iterative ONNX model says how a
+step leads to the next with ``inferd.iterative.feedback`` ("OUTPUT:INPUT" pairs, comma-separated:
+the output's value is the input's at the next step), ``inferd.iterative.end_output`` (an output
+whose first element, not zero, ends the generation) and ``inferd.iterative.max_steps``.
 
 The executor's inputs are the config's, then the control inputs, then the states' inputs; its
 outputs the config's, then each state's output that the config does not list (the client never
@@ -41,6 +44,11 @@ IDLE_END_PARAMETER = "inferd.sequence_idle_end"
 _CORRID_TYPES = ("UINT64", "INT64", "UINT32", "INT32", "BYTES")
 # Where a state's initial_state.data_file lives, in the model's folder (Triton's).
 INITIAL_STATE_FOLDER = "initial_state"
+# An iterative model's parameters (see above), and the most steps one runs when unsaid.
+FEEDBACK_PARAMETER = "inferd.iterative.feedback"
+END_OUTPUT_PARAMETER = "inferd.iterative.end_output"
+MAX_STEPS_PARAMETER = "inferd.iterative.max_steps"
+DEFAULT_MAX_STEPS = 4096
 # The server flag that bounds the bytes every sequence's implicit state holds, and its default.
 STATE_MEMORY_FLAG = "--max-sequence-state-bytes"
 DEFAULT_MAX_SEQUENCE_STATE_BYTES = 1 << 30
@@ -279,11 +287,6 @@ def sequence_options(
         return None
     name = config.name
     section = config.sequence_batching
-    if section.iterative_sequence:
-        raise ModelLoadError(
-            f"model {name!r}: sequence_batching.iterative_sequence is not supported yet "
-            "(refused rather than ignored)"
-        )
     idle_us = check_range(
         "sequence_batching.max_sequence_idle_microseconds",
         int(section.max_sequence_idle_microseconds),
@@ -321,6 +324,7 @@ def sequence_options(
         ],
         "visible_outputs": len(config.output),
         "state_memory": state_memory,
+        "iterative": iterative_steps(config),
     }
     if section.WhichOneof("strategy_choice") == "oldest":
         return _oldest(config, section.oldest, common)
@@ -349,6 +353,58 @@ class _CommonOptions(TypedDict):
     states: list[tuple[str, int, int, int, list[int], list[int], bytes]]
     visible_outputs: int
     state_memory: SequenceStateMemory | None
+    iterative: tuple[list[tuple[int, int]], int, int] | None
+
+
+def iterative_steps(config: ModelConfig) -> tuple[list[tuple[int, int]], int, int] | None:
+    """An iterative model's steps as the core takes them: (feedback as (output index, input
+    index) pairs, the end output's index or -1, max steps); None for a model whose requests name
+    their sequences. Every name is the config's own: an output it lists, an input it lists of the
+    output's datatype."""
+    if not config.sequence_batching.iterative_sequence:
+        for key in (FEEDBACK_PARAMETER, END_OUTPUT_PARAMETER, MAX_STEPS_PARAMETER):
+            if key in config.parameters:
+                raise ModelLoadError(
+                    f"model {config.name!r}: parameter {key} needs "
+                    "sequence_batching.iterative_sequence: true"
+                )
+        return None
+    where = f"model {config.name!r}: iterative_sequence"
+    outputs = {t.name: (k, int(t.data_type)) for k, t in enumerate(config.output)}
+    inputs = {t.name: (k, int(t.data_type)) for k, t in enumerate(config.input)}
+
+    def parameter(key: str) -> str:
+        return config.parameters[key].string_value.strip() if key in config.parameters else ""
+
+    feedback: list[tuple[int, int]] = []
+    for pair in filter(None, (p.strip() for p in parameter(FEEDBACK_PARAMETER).split(","))):
+        output, _, input_name = (part.strip() for part in pair.partition(":"))
+        if output not in outputs or input_name not in inputs:
+            raise ModelLoadError(
+                f"{where}: {FEEDBACK_PARAMETER} {pair!r} must name one of the config's outputs "
+                f"{sorted(outputs)} and one of its inputs {sorted(inputs)}, as OUTPUT:INPUT"
+            )
+        if outputs[output][1] != inputs[input_name][1]:
+            raise ModelLoadError(
+                f"{where}: {FEEDBACK_PARAMETER} {pair!r} feeds an output into an input of "
+                "another data_type"
+            )
+        feedback.append((outputs[output][0], inputs[input_name][0]))
+    end = parameter(END_OUTPUT_PARAMETER)
+    if end and end not in outputs:
+        raise ModelLoadError(
+            f"{where}: {END_OUTPUT_PARAMETER} {end!r} is not one of the config's outputs "
+            f"{sorted(outputs)}"
+        )
+    steps = parameter(MAX_STEPS_PARAMETER) or str(DEFAULT_MAX_STEPS)
+    if not steps.isdigit() or not 1 <= int(steps) <= 1 << 24:
+        raise ModelLoadError(f"{where}: {MAX_STEPS_PARAMETER} {steps!r} is not in 1..{1 << 24}")
+    if not end and not feedback and not parameter(MAX_STEPS_PARAMETER):
+        raise ModelLoadError(
+            f"{where}: say how a generation goes on and ends: {FEEDBACK_PARAMETER}, "
+            f"{END_OUTPUT_PARAMETER}, {MAX_STEPS_PARAMETER}"
+        )
+    return feedback, outputs[end][0] if end else -1, int(steps)
 
 
 def _tells_idle_end(config: ModelConfig) -> bool:
