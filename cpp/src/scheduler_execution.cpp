@@ -1,8 +1,10 @@
 // One batch's way through its executor: gathering its inputs (and staging them), executing it,
 // scattering the outputs per request and completing the requests.
 
+#include <algorithm>
 #include <exception>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -137,7 +139,11 @@ void Scheduler::step_iterative(RequestBatch* batch, std::vector<std::vector<Tens
   const RequestTiming timing = batch_timing(instance, timeline, batch_requests, rows);
   RequestBatch done;
   std::vector<std::vector<Tensor>> done_outputs;
-  for (size_t i = 0; i < batch->size(); ++i) {
+  // Generations that just joined are answered first: their first token waits for no other's.
+  std::vector<size_t> order(batch->size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return (*batch)[i]->iteration == 1; });
+  for (const size_t i : order) {
     std::unique_ptr<InferenceRequest>& request = (*batch)[i];
     if (cancelled[i]) {
       fail(std::move(request), Status::Error(StatusCode::kCancelled, "the request was cancelled"));

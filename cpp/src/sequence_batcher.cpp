@@ -98,11 +98,9 @@ size_t SequenceBatcher::places() const {
 
 Status SequenceBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
   if (options_.iterative != nullptr) {
-    if (request->sequence_flags.any()) {
-      return Status::Error(StatusCode::kInvalidArgument,
-                           "the model's requests are each a whole iterative sequence "
-                           "(sequence_batching.iterative_sequence): a request takes no sequence_id");
-    }
+    // Each request is a sequence of its own, whatever sequence parameters a client sends
+    // (perf_analyzer sends them to every model with sequence_batching).
+    request->sequence_flags = SequenceFlags{};
     request->sequence_flags.start = true;
     request->sequence_flags.end = options_.iterative->last_step(*request);
     std::lock_guard<std::mutex> lock(mutex_);

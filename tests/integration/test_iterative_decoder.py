@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
 
 from inferd.example_decoder import reference_tokens
 from tests.integration.conftest import ServerProcess
@@ -98,19 +97,6 @@ def test_generations_of_different_lengths_share_the_running_batch(
     assert (
         requests - int(before.get("inference_stats", {}).get("success", {}).get("count", 0)) == 16
     )
-
-
-def test_a_request_naming_a_sequence_is_refused(url: str) -> None:
-    answers: queue.Queue[Exception | None] = queue.Queue()
-    with grpcclient.InferenceServerClient(url) as client:
-        client.start_stream(callback=lambda result, error: answers.put(error))
-        client.async_stream_infer(
-            "decoder", decoder_inputs(1, 2), sequence_id=9, sequence_start=True
-        )
-        error = answers.get(timeout=30)
-        client.stop_stream()
-    assert isinstance(error, InferenceServerException)
-    assert "takes no sequence_id" in str(error.message())
 
 
 def test_http_generate_stream_sends_each_token_as_an_event(server: ServerProcess) -> None:

@@ -88,8 +88,9 @@ struct SequenceOptions {
 // it left (SequenceStates::keep, by the Scheduler) or, failed, the one it was fed. Requests batch
 // only with requests whose states have their shapes. A sequence's state goes when it ends.
 //
-// An iterative model's requests (SequenceOptions::iterative) name no sequence: each is a sequence
-// of its own (an id the batcher gives it, START on its first step, END on its last by max_steps),
+// An iterative model's requests (SequenceOptions::iterative) are each a sequence of their own,
+// whatever sequence parameters they carry (an id the batcher gives it, START on its first step,
+// END on its last by max_steps),
 // batched with the other sequences' steps as any sequence's requests are; after each step that
 // does not end it, the Scheduler gives it back (reschedule) for its next, at its place in the
 // oldest-first order, so that sequences join and leave the batch at every step.
