@@ -272,10 +272,12 @@ void SequenceBatcher::finished(InferenceRequest& request) {
   const auto found = sequences_.find(key);
   if (found == sequences_.end()) return;
   Sequence& sequence = *found->second;
+  // An iterative request is its whole sequence, however it ended (run, or left waiting: cancelled,
+  // past its deadline).
+  if (options_.iterative != nullptr) return end(key);
   if (!sequence.running || sequence.running_order != request.sequence) return;  // not handed out: it left waiting
   sequence.running = false;
   sequence.state = std::move(request.state);
-  if (options_.iterative != nullptr) return end(key);  // the request was the whole sequence
   sequence.last_active = Clock::now();
   if (!request.sequence_flags.ready) sequence.telling = false;  // the model was told
   if (!sequence.waiting.empty()) {

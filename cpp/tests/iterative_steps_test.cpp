@@ -106,7 +106,7 @@ class StreamSink : public CompletionSink {
 };
 
 struct IterativeModel {
-  explicit IterativeModel(uint32_t max_steps = 1000) {
+  explicit IterativeModel(uint32_t max_steps = 1000, uint32_t candidates = 8) {
     auto executor = std::make_unique<CountingExecutor>();
     counting = executor.get();
     std::vector<std::unique_ptr<Executor>> instances;
@@ -116,7 +116,7 @@ struct IterativeModel {
     options.batching.max_batch_size = 8;
     options.sequence_batching = true;
     options.sequence.strategy = SequenceOptions::Strategy::kOldest;
-    options.sequence.max_candidate_sequences = 8;
+    options.sequence.max_candidate_sequences = candidates;
     StateSpec step;
     step.input_name = "STEP";
     step.input = 2;
@@ -208,6 +208,18 @@ TEST(IterativeSequences, MaxStepsEndsALongGenerationAndACancelEndsOneBetweenStep
   EXPECT_EQ(cancelled->status().code, StatusCode::kCancelled);
   EXPECT_GE(streamed, 3u);
   EXPECT_LT(streamed, 1000u);
+}
+
+TEST(IterativeSequences, AGenerationCancelledWhileItWaitsForAPlaceLeavesNone) {
+  IterativeModel model(1000, /*candidates=*/1);
+  auto running = model.generate(1, 0, 30);
+  auto waiting = model.generate(2, 0, 30);  // in the backlog: the one place is taken
+  EXPECT_TRUE(model.scheduler->cancel(2));
+  waiting->wait();
+  EXPECT_EQ(waiting->status().code, StatusCode::kCancelled);
+  EXPECT_EQ(running->wait().size(), 30u);
+  EXPECT_EQ(model.scheduler->sequence_counts().active, 0u);  // no sequence is left holding it
+  EXPECT_EQ(model.scheduler->sequence_counts().backlog, 0u);
 }
 
 TEST(IterativeSequences, TheDeadlineEndsAGenerationBetweenSteps) {

@@ -13,6 +13,8 @@ import json
 import queue
 import re
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -129,3 +131,36 @@ def test_the_docs_decoder_snippet_prints_the_generated_tokens(url: str) -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(snippet.replace('"localhost:8001"', repr(url)), str(EXAMPLES_DOC), "exec"), {})
     assert [int(line) for line in out.getvalue().split()] == reference_tokens(5, 8)
+
+
+def active_generations(server: ServerProcess) -> float:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
+        metrics = response.read().decode()
+    sample = 'inferd_sequences_active{model="decoder",version="1"} '
+    return float(next(line for line in metrics.splitlines() if line.startswith(sample)).split()[1])
+
+
+def steps_run(client: grpcclient.InferenceServerClient) -> int:
+    stats = client.get_inference_statistics("decoder", as_json=True)["model_stats"][0]
+    return int(stats.get("inference_count", 0))
+
+
+def test_a_stream_cancelled_mid_generation_stops_it_between_steps(
+    server: ServerProcess, url: str, client: grpcclient.InferenceServerClient
+) -> None:
+    before = steps_run(client)
+    answers: queue.Queue[object] = queue.Queue()
+    streaming = grpcclient.InferenceServerClient(url)
+    try:
+        streaming.start_stream(callback=lambda result, error: answers.put(error or result))
+        streaming.async_stream_infer("decoder", decoder_inputs(1, 1000))
+        for _ in range(3):
+            assert isinstance(answers.get(timeout=30), grpcclient.InferResult)
+        streaming.stop_stream(cancel_requests=True)
+    finally:
+        streaming.close()
+    deadline = time.monotonic() + 10
+    while active_generations(server) != 0:
+        assert time.monotonic() < deadline, "the cancelled generation still runs"
+        time.sleep(0.05)
+    assert 3 <= steps_run(client) - before < 1000  # it ended long before its 1000 steps
