@@ -139,3 +139,7 @@ _.visible_outputs
 # benchmarks/continuous_batching.py and the decoder's tests.
 _.write_whole_decoder
 _.reference_tokens
+
+# python_backend/pb_utils.py: InferenceRequest._release_flags, read by the C++ worker loop
+# (cpp/worker/worker_loop.cpp, through pybind11) for a request the model rescheduled.
+_._release_flags

@@ -224,6 +224,8 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
     status = Status::Error(StatusCode::kInternal, std::string("batch execution failed: ") + e.what());
   }
   timeline.infer_done = timeline.output_done = Clock::now();
+  std::vector<RunningRequests::Flag> cancels;  // for the requests the model rescheduled
+  for (const ExecutorRequest& request : staged->request_inputs) cancels.push_back(request.cancellation.flag);
   staged->request_inputs.clear();
   if (status.ok() && results.size() != batch.size()) {
     status = Status::Error(StatusCode::kInternal, "the executor answered " + std::to_string(results.size()) +
@@ -233,7 +235,7 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   // Only a decoupled request may end with its final flag alone.
   auto answered = [&open](const RequestResult& result) { return !open || result.respond || !result.status.ok(); };
   auto check_shapes = [&](size_t i) {
-    if (answered(results[i]) && results[i].status.ok()) {
+    if (answered(results[i]) && results[i].status.ok() && !results[i].reschedule) {
       const Status shapes = check_answer_shapes(*batch[i], results[i].outputs);
       if (!shapes.ok()) results[i].status = shapes;
     }
@@ -241,15 +243,17 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   // Statistics before settle(): from there an open request may be completed, and freed, at once.
   std::vector<bool> was_pending(batch.size(), false);
   std::vector<const InferenceRequest*> executed;  // computed, or left open
+  std::vector<const InferenceRequest*> finished;  // of those, the ones not rescheduled
   int64_t rows = 0;
   for (size_t i = 0; status.ok() && i < batch.size(); ++i) {
     was_pending[i] = open && results[i].pending;  // only a decoupled request may stay open
     if (!was_pending[i]) check_shapes(i);
     if (!was_pending[i] && !results[i].status.ok()) continue;
     executed.push_back(batch[i].get());
+    if (was_pending[i] || !results[i].reschedule) finished.push_back(batch[i].get());
     rows += batch[i]->batch_size;
   }
-  if (!executed.empty()) statistics_.record_batch(executed, timeline);
+  if (!executed.empty()) statistics_.record_step(executed, finished, timeline);
   const RequestTiming timing = batch_timing(instance, timeline, batch_requests, rows);
   // Pending requests without a final result yet move into `open` (their places left null).
   if (open) open->settle(status, timing, &results, &batch);
@@ -260,6 +264,10 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i] == nullptr) continue;    // open: answered later, through `open`
     if (was_pending[i]) check_shapes(i);  // its final result came while execute ran
+    if (results[i].status.ok() && results[i].reschedule) {
+      reschedule(std::move(batch[i]), cancels[i] != nullptr && cancels[i]->load(std::memory_order_acquire));
+      continue;
+    }
     if (results[i].status.ok()) {
       const bool with_response = answered(results[i]);
       computed.push_back(std::move(batch[i]));
@@ -272,6 +280,27 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   batch.clear();
   if (!computed.empty()) complete_computed(&computed, &outputs, timing, respond);
   return Status::Ok();
+}
+
+void Scheduler::reschedule(std::unique_ptr<InferenceRequest> request, bool cancelled) {
+  if (iterative_ == nullptr) {
+    return fail(std::move(request),
+                Status::Error(StatusCode::kInternal, "model '" + options_.model_name +
+                                                         "' rescheduled a request (set_release_flags(RESCHEDULE)): "
+                                                         "that needs sequence_batching { iterative_sequence: true }"));
+  }
+  if (cancelled) return fail(std::move(request), Status::Error(StatusCode::kCancelled, "the request was cancelled"));
+  ++request->iteration;
+  if (iterative_->ended(*request, {})) {
+    return fail(std::move(request),
+                Status::Error(StatusCode::kInternal, "model '" + options_.model_name + "' rescheduled a request past " +
+                                                         std::to_string(request->iteration) +
+                                                         " executions (inferd.iterative.max_steps)"));
+  }
+  if (!sequences_->reschedule(request)) {
+    fail(std::move(request),
+         Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "' was unloaded"));
+  }
 }
 
 void Scheduler::complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,

@@ -21,6 +21,10 @@ WorkerAnswer answer_of(const worker::ResponseDescription& response, const std::b
     answer.status = Status::Error(StatusCode::kInternal, std::string(response.error));
     return answer;
   }
+  if (response.rescheduled) {
+    answer.rescheduled = true;
+    return answer;
+  }
   for (const worker::TensorPlace& place : response.outputs) {
     Tensor tensor;
     tensor.dtype = place.dtype;
@@ -54,6 +58,11 @@ WorkerAnswer answer_of(const worker::ResponseDescription& response, const std::b
 RequestResult in_model_order(WorkerAnswer&& answer, const std::vector<std::string_view>& requested,
                              const DeclaredOutputs& declared) {
   if (!answer.status.ok()) return RequestResult{std::move(answer.status), {}};
+  if (answer.rescheduled) {
+    RequestResult again;
+    again.reschedule = true;
+    return again;
+  }
   const std::string model = "python model '" + declared.model_name + "'";
   RequestResult result;
   for (size_t k = 0; k < declared.names.size(); ++k) {

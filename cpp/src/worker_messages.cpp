@@ -154,7 +154,7 @@ std::string encode_responses(const std::vector<ResponseDescription>& responses) 
   DescriptionWriter writer;
   writer.u32(static_cast<uint32_t>(responses.size()));
   for (const ResponseDescription& response : responses) {
-    writer.u32(response.ok ? 1 : 0);
+    writer.u32(!response.ok ? 0 : response.rescheduled ? 2 : 1);  // its kind: error, response, rescheduled
     if (!response.ok) {
       writer.text(response.error);
       continue;
@@ -196,7 +196,9 @@ Status decode_responses(std::string_view bytes, size_t arena_size, std::vector<R
   responses->clear();
   for (uint32_t i = 0; i < count; ++i) {
     ResponseDescription response;
-    response.ok = reader.u32() == 1;
+    const uint32_t kind = reader.u32();
+    response.ok = kind == 1 || kind == 2;
+    response.rescheduled = kind == 2;
     if (!response.ok) {
       response.error = reader.text();
       if (reader.failed()) return corrupt("truncated");

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -257,6 +258,103 @@ TEST(IterativeSequences, ARequestsOwnSequenceParametersDoNotMakeItAnotherGenerat
   }
   EXPECT_EQ(sinks[0]->wait(), (std::vector<int32_t>{11, 12, 13}));
   EXPECT_EQ(sinks[1]->wait(), (std::vector<int32_t>{21, 22, 23}));
+}
+
+// A model that answers each request and keeps its own state (Triton's python backend): a request
+// asking for N steps is given back (RequestResult::reschedule) until its N-th execute, then answered
+// with N. It counts by the sequence id the core gives each request.
+class ReschedulingExecutor : public Executor {
+ public:
+  bool answers_each_request() const override { return true; }
+  Status execute(const std::vector<Tensor>&, std::vector<Tensor>*) override {
+    return Status::Error(StatusCode::kInternal, "takes its batch as requests");
+  }
+  Status execute_requests(const std::vector<ExecutorRequest>& requests, std::vector<RequestResult>* results,
+                          ResponseStream*) override {
+    for (const ExecutorRequest& request : requests) {
+      const uint64_t id = request.sequence != nullptr ? request.sequence->id : 0;
+      if (request.sequence != nullptr && request.sequence->start) counts[id] = 0;
+      const int32_t steps = ++counts[id];
+      RequestResult result;
+      if (steps < ints(request.inputs.at(0))[0]) {
+        result.reschedule = true;
+      } else {
+        result.outputs.push_back(int_tensor({1, 1}, {steps}));
+      }
+      results->push_back(std::move(result));
+    }
+    batches.fetch_add(1);
+    return Status::Ok();
+  }
+  std::map<uint64_t, int32_t> counts;  // the worker thread's only
+  std::atomic<int> batches{0};
+};
+
+std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
+  std::map<uint64_t, Completion> done;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (done.size() < n && std::chrono::steady_clock::now() < deadline) {
+    for (auto& c : queue.drain()) done.emplace(c.token, std::move(c));
+    std::this_thread::sleep_for(1ms);
+  }
+  return done;
+}
+
+// A ReschedulingExecutor's scheduler: iterative (oldest, 8 candidates) or not.
+std::unique_ptr<Scheduler> rescheduling(bool iterative, std::shared_ptr<CompletionQueue> queue,
+                                        ReschedulingExecutor** model) {
+  auto executor = std::make_unique<ReschedulingExecutor>();
+  *model = executor.get();
+  std::vector<std::unique_ptr<Executor>> instances;
+  instances.push_back(std::move(executor));
+  SchedulerOptions options;
+  options.model_name = "countdown";
+  options.batching.max_batch_size = 8;
+  if (iterative) {
+    options.sequence_batching = true;
+    options.sequence.strategy = SequenceOptions::Strategy::kOldest;
+    options.sequence.max_candidate_sequences = 8;
+    IterativeOptions steps;
+    steps.max_steps = 100;
+    options.sequence.iterative = std::make_shared<IterativeSteps>(steps);
+  }
+  return std::make_unique<Scheduler>(options, std::move(instances), std::move(queue),
+                                     std::make_shared<PinnedBufferPool>(1 << 20, false));
+}
+
+std::unique_ptr<InferenceRequest> countdown(uint64_t token, int32_t steps) {
+  auto request = std::make_unique<InferenceRequest>();
+  request->token = token;
+  request->inputs = {int_tensor({1, 1}, {steps})};
+  return request;
+}
+
+TEST(IterativeSequences, AModelThatAnswersEachRequestReschedulesItUntilItAnswers) {
+  auto queue = std::make_shared<CompletionQueue>();
+  ReschedulingExecutor* model = nullptr;
+  auto scheduler = rescheduling(true, queue, &model);
+  const std::vector<int32_t> wanted{1, 6, 3, 9, 2};
+  for (size_t i = 0; i < wanted.size(); ++i) ASSERT_TRUE(scheduler->submit(countdown(i + 1, wanted[i])).ok());
+  std::map<uint64_t, Completion> answers = collect(*queue, wanted.size());
+  ASSERT_EQ(answers.size(), wanted.size());
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    const Completion& answer = answers.at(i + 1);
+    ASSERT_TRUE(answer.status.ok()) << answer.status.message;
+    EXPECT_EQ(ints(answer.outputs.at(0)), std::vector<int32_t>{wanted[i]}) << "request " << i;
+  }
+  EXPECT_LT(model->batches.load(), 1 + 6 + 3 + 9 + 2);  // requests at different steps shared batches
+  EXPECT_EQ(scheduler->statistics().success.count, wanted.size());
+}
+
+TEST(IterativeSequences, ReschedulingARequestOfAModelThatIsNotIterativeFailsIt) {
+  auto queue = std::make_shared<CompletionQueue>();
+  ReschedulingExecutor* model = nullptr;
+  auto scheduler = rescheduling(false, queue, &model);
+  ASSERT_TRUE(scheduler->submit(countdown(1, 3)).ok());
+  std::map<uint64_t, Completion> answers = collect(*queue, 1);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers.at(1).status.code, StatusCode::kInternal);
+  EXPECT_NE(answers.at(1).status.message.find("iterative_sequence"), std::string::npos) << answers.at(1).status.message;
 }
 
 }  // namespace

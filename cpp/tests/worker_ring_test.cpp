@@ -185,6 +185,25 @@ TEST(WorkerMessages, BatchesRoundTrip) {
   }
 }
 
+TEST(WorkerMessages, AResponseIsAnErrorAnAnswerOrARescheduledRequest) {
+  std::vector<ResponseDescription> sent(3);
+  sent[0].ok = false;
+  sent[0].error = "boom";
+  sent[1].outputs.push_back(TensorPlace{"y", DataType::kFp32, {1}, 0, 4});
+  sent[2].rescheduled = true;
+  const std::string bytes = encode_responses(sent);  // what the decoded views point into
+  std::vector<ResponseDescription> got;
+  ASSERT_TRUE(decode_responses(bytes, 1024, &got).ok());
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_FALSE(got[0].ok);
+  EXPECT_EQ(got[0].error, "boom");
+  EXPECT_TRUE(got[1].ok);
+  EXPECT_FALSE(got[1].rescheduled);
+  EXPECT_EQ(got[1].outputs.size(), 1u);
+  EXPECT_TRUE(got[2].ok);
+  EXPECT_TRUE(got[2].rescheduled);
+}
+
 TEST(WorkerMessages, RefusesTensorsOutsideTheArenaOrOfTheWrongSize) {
   auto decoded_with = [](TensorPlace place) {
     ResponseDescription response;

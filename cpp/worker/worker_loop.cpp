@@ -149,8 +149,17 @@ PlacedOutput place_output(std::string name, py::handle object) {
   return placed;
 }
 
-// Why `returned` is not one InferenceResponse per request ("" when it is).
-std::string check_responses(py::handle returned, size_t expected, py::handle response_type) {
+// Whether the model gave `request` back for another step (Triton's
+// set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)).
+bool rescheduled(py::handle request) {
+  constexpr int kReleaseReschedule = 2;
+  return (py::getattr(request, "_release_flags", py::int_(1)).cast<int>() & kReleaseReschedule) != 0;
+}
+
+// Why `returned` is not one InferenceResponse per request ("" when it is): None in the place of a
+// request the model rescheduled, and only there.
+std::string check_responses(py::handle returned, const py::list& requests, py::handle response_type) {
+  const size_t expected = requests.size();
   if (!PyList_Check(returned.ptr()) && !PyTuple_Check(returned.ptr())) {
     return "execute must return a list of InferenceResponse, got " + type_name(returned);
   }
@@ -160,7 +169,14 @@ std::string check_responses(py::handle returned, size_t expected, py::handle res
            " requests: it must return one InferenceResponse per request, in order";
   }
   for (size_t i = 0; i < responses.size(); ++i) {
-    if (!py::isinstance(responses[i], response_type)) {
+    const bool again = rescheduled(requests[i]);
+    if (again != responses[i].is_none()) {
+      return again ? "execute returned a response for request " + std::to_string(i) +
+                         ", which it rescheduled (set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)): "
+                         "its place must hold None"
+                   : "execute returned None at position " + std::to_string(i) + " for a request it did not reschedule";
+    }
+    if (!again && !py::isinstance(responses[i], response_type)) {
       return "execute returned a " + type_name(responses[i]) + " at position " + std::to_string(i) +
              ", not an InferenceResponse";
     }
@@ -479,11 +495,13 @@ void WorkerLoop::run(const LoopCallbacks& callbacks, const Message& execute) {
   const size_t count = status.ok() ? batch.described.requests.size() : execute.count;
   std::string failure = status.ok() ? "" : status.message;
   py::object returned;
+  py::list requests;
   if (failure.empty()) {
     try {
-      returned = callbacks.execute(requests_of(callbacks, batch));
+      requests = requests_of(callbacks, batch);
+      returned = callbacks.execute(requests);
       if (!PyList_Check(returned.ptr()) && !PyTuple_Check(returned.ptr())) returned = callbacks.resolve(returned);
-      failure = check_responses(returned, count, callbacks.response_type);
+      failure = check_responses(returned, requests, callbacks.response_type);
     } catch (py::error_already_set& error) {
       if (!error.matches(PyExc_Exception)) throw;  // SystemExit, KeyboardInterrupt: the worker ends
       failure = callbacks.report(error.value()).cast<std::string>();
@@ -494,8 +512,13 @@ void WorkerLoop::run(const LoopCallbacks& callbacks, const Message& execute) {
   std::vector<std::string> errors(count, failure);  // per response: why it failed ("" when it did not)
   std::vector<PlacedOutput> placed;
   std::vector<std::pair<size_t, size_t>> spans(count);  // each response's outputs in `placed`
+  std::vector<bool> again(count, false);                // rescheduled
   for (size_t i = 0; i < count && failure.empty(); ++i) {
     py::handle response = py::reinterpret_borrow<py::sequence>(returned)[i];
+    if (response.is_none()) {  // checked: the model rescheduled it
+      again[i] = true;
+      continue;
+    }
     if (response.attr("has_error")().cast<bool>()) {
       py::object error = response.attr("error")();
       errors[i] = error.is_none() ? "" : py::str(error.attr("message")()).cast<std::string>();
@@ -516,12 +539,13 @@ void WorkerLoop::run(const LoopCallbacks& callbacks, const Message& execute) {
       errors[i] = error.what();
     }
   }
-  write_answers(execute, errors, placed, spans);
+  write_answers(execute, errors, placed, spans, again);
 }
 
 void WorkerLoop::write_answers(const Message& execute, const std::vector<std::string>& errors,
                                const std::vector<PlacedOutput>& placed,
-                               const std::vector<std::pair<size_t, size_t>>& spans) {
+                               const std::vector<std::pair<size_t, size_t>>& spans,
+                               const std::vector<bool>& rescheduled) {
   py::gil_scoped_release release;
   std::lock_guard<std::mutex> lock(mutex_);
   end_batch();
@@ -540,6 +564,7 @@ void WorkerLoop::write_answers(const Message& execute, const std::vector<std::st
       responses[i].error = errors[i];
       continue;
     }
+    responses[i].rescheduled = i < rescheduled.size() && rescheduled[i];
     for (size_t k = spans[i].first; k < spans[i].second; ++k) {
       responses[i].outputs.push_back(
           TensorPlace{placed[k].name, placed[k].dtype, placed[k].shape, offsets[k], placed[k].nbytes});

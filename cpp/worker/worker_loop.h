@@ -124,9 +124,11 @@ class WorkerLoop {
   void run(const LoopCallbacks& callbacks, const Message& execute);
   py::list requests_of(const LoopCallbacks& callbacks, const Batch& batch);
   // The batch's answers: per response its error ("" for none) or its outputs (`spans` into
-  // `placed`), written above the execute's floor, then the result slot.
+  // `placed`), or that the model rescheduled it (`rescheduled`, empty: none), written above the
+  // execute's floor, then the result slot.
   void write_answers(const Message& execute, const std::vector<std::string>& errors,
-                     const std::vector<PlacedOutput>& placed, const std::vector<std::pair<size_t, size_t>>& spans);
+                     const std::vector<PlacedOutput>& placed, const std::vector<std::pair<size_t, size_t>>& spans,
+                     const std::vector<bool>& rescheduled = {});
 
   WorkerRing ring_;
   std::mutex mutex_;

@@ -265,3 +265,13 @@ def test_iterative_parameters_need_an_iterative_model() -> None:
     plain.parameters["inferd.iterative.max_steps"].string_value = "4"
     with pytest.raises(ModelLoadError, match=r"needs sequence_batching\.iterative_sequence: true"):
         iterative_steps(plain)
+
+
+def test_a_python_model_reschedules_itself_and_takes_no_feedback() -> None:
+    python = text_format.Parse(
+        BASE + "sequence_batching { iterative_sequence: true }", ModelConfig()
+    )
+    assert iterative_steps(python) == ([], -1, 4096)  # max_steps bounds how often one comes back
+    python.parameters["inferd.iterative.end_output"].string_value = "OUTPUT"
+    with pytest.raises(ModelLoadError, match="a python model reschedules its requests itself"):
+        iterative_steps(python)

@@ -76,3 +76,19 @@ def test_state_is_refused_where_onnx_runtime_does_not_serve_the_model(serving: s
         create_executors(
             config, Path("unused"), [], None, OnnxRuntimeOptions(1, 1), None, Path("unused")
         )
+
+
+def test_iterative_sequences_are_refused_for_decoupled_python_models_and_tensorrt() -> None:
+    for serving in (
+        'backend: "python" model_transaction_policy { decoupled: true }',
+        'platform: "tensorrt_plan"',
+    ):
+        config = text_format.Parse(
+            f'name: "m" {serving} max_batch_size: 4 '
+            "sequence_batching { iterative_sequence: true }",
+            ModelConfig(),
+        )
+        with pytest.raises(ModelLoadError, match="iterative_sequence is served for ONNX models"):
+            create_executors(
+                config, Path("unused"), [], None, OnnxRuntimeOptions(1, 1), None, Path("unused")
+            )

@@ -30,6 +30,10 @@ struct RequestResult {
   // its next batch meanwhile): its later responses and its final result come through the batch's
   // LaterResponses (ResponseStream::later). `status`, `outputs` and `respond` are then ignored.
   bool pending = false;
+  // An iterative model's request that the model gives back for another step (Triton's python
+  // backend: request.set_release_flags(RESCHEDULE), and no response for it): the scheduler queues
+  // it again, unanswered. `status` ok, `outputs` empty.
+  bool reschedule = false;
 };
 
 // Whether a running request's client is gone: its cancellation (a flag the scheduler sets) or its

@@ -149,6 +149,9 @@ class Scheduler final : public RequestScheduler {
   void step_iterative(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request,
                       const std::vector<bool>& cancelled, uint32_t instance, const BatchTimeline& timeline,
                       size_t batch_requests);
+  // A request its model gave back for another step (RequestResult::reschedule): queued again for
+  // an iterative model, unless it was cancelled meanwhile or ran max_steps; failed otherwise.
+  void reschedule(std::unique_ptr<InferenceRequest> request, bool cancelled);
   // Records a computed batch and completes its requests with their outputs (per_request[i] for
   // the i-th); `batch_requests`: how many requests the executed batch held.
   void complete_batch(RequestBatch* batch, std::vector<std::vector<Tensor>>* per_request, uint32_t instance,

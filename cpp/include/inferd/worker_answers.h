@@ -18,6 +18,7 @@ namespace inferd {
 struct WorkerAnswer {
   Status status;
   std::vector<std::pair<std::string, Tensor>> outputs;
+  bool rescheduled = false;  // the model gave the request back for another step (no outputs)
 };
 
 // A response the worker described (worker_messages.h) as an answer. Each output views `data`,

@@ -48,6 +48,9 @@ struct BatchDescription {
 
 struct ResponseDescription {
   bool ok = true;
+  // An iterative model's request the model gave back for another step
+  // (set_release_flags(RESCHEDULE), no response): ok, no outputs.
+  bool rescheduled = false;
   std::string_view error;            // when !ok
   std::vector<TensorPlace> outputs;  // when ok
 };

@@ -19,7 +19,9 @@ Names that exist (everything else Triton documents raises, see below):
   ``get_response_sender()`` (decoupled models only), ``exec()`` and ``async_exec()`` (Business
   Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises; a call closing a
   cycle of calls answers an error naming it; ``timeout`` 0 is 60 s),
-  ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_ALL`` only: rescheduling raises).
+  ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` gives an iterative
+  model's request back for another execute, its place in the returned list None; a decoupled
+  model's rescheduling raises).
 * ``InferenceResponse(output_tensors=None, error=None, parameters=None)``: ``output_tensors()``,
   ``has_error()``, ``error()``, ``parameters()`` (a JSON string).
 * ``InferenceResponseSender`` (what ``get_response_sender()`` returns): ``send(response=None,
@@ -308,6 +310,8 @@ class InferenceRequest:
         self._timeout = timeout
         self._parameters = _parameters_json(parameters, "InferenceRequest")
         self._response_sender: InferenceResponseSender | None = None
+        # TRITONSERVER_REQUEST_RELEASE_ALL, or RESCHEDULE (read by the worker loop).
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._cancellation: Callable[[], bool] | None = None
 
     def inputs(self) -> list[Tensor]:
@@ -353,8 +357,14 @@ class InferenceRequest:
         return self._response_sender
 
     def set_release_flags(self, flags: int) -> None:
-        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
-            _unsupported("InferenceRequest.set_release_flags (request rescheduling)")
+        """RESCHEDULE: the request comes back in a later execute (an iterative model's,
+        sequence_batching { iterative_sequence: true }); its response in execute's list is
+        None."""
+        if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+            raise TritonModelException(f"set_release_flags: unknown flags {flags}")
+        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE and self._response_sender is not None:
+            _unsupported("rescheduling a decoupled model's request (set_release_flags)")
+        self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
         executor = _bls_executor

@@ -27,6 +27,7 @@ from inferd._proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
 from inferd.core import SequenceOptions, SequenceStateMemory
 from inferd.datatypes import BY_CONFIG_TYPE, DATATYPES, Datatype
 from inferd.errors import ModelLoadError
+from inferd.repository.config import PYTHON_BACKEND
 from inferd.repository.ranges import MAX_QUEUE_DELAY_US, check_range
 
 _Control = ModelSequenceBatching.Control
@@ -399,6 +400,15 @@ def iterative_steps(config: ModelConfig) -> tuple[list[tuple[int, int]], int, in
     steps = parameter(MAX_STEPS_PARAMETER) or str(DEFAULT_MAX_STEPS)
     if not steps.isdigit() or not 1 <= int(steps) <= 1 << 24:
         raise ModelLoadError(f"{where}: {MAX_STEPS_PARAMETER} {steps!r} is not in 1..{1 << 24}")
+    if config.backend == PYTHON_BACKEND:
+        # Model code decides: request.set_release_flags(RESCHEDULE) takes a request on.
+        if feedback or end:
+            raise ModelLoadError(
+                f"{where}: a python model reschedules its requests itself "
+                f"(set_release_flags): {FEEDBACK_PARAMETER} and {END_OUTPUT_PARAMETER} are for "
+                "ONNX models"
+            )
+        return [], -1, int(steps)
     if not end and not feedback and not parameter(MAX_STEPS_PARAMETER):
         raise ModelLoadError(
             f"{where}: say how a generation goes on and ends: {FEEDBACK_PARAMETER}, "
