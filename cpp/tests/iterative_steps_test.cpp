@@ -15,23 +15,14 @@
 
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
+#include "int_tensors.h"
 
 namespace inferd {
 namespace {
 
 using namespace std::chrono_literals;
-
-Tensor int_tensor(std::vector<int64_t> shape, std::vector<int32_t> values) {
-  auto owned = std::make_shared<std::vector<int32_t>>(std::move(values));
-  return Tensor{DataType::kInt32, std::move(shape), reinterpret_cast<const std::byte*>(owned->data()),
-                owned->size() * sizeof(int32_t), owned};
-}
-
-std::vector<int32_t> ints(const Tensor& tensor) {
-  std::vector<int32_t> out(tensor.byte_size / sizeof(int32_t));
-  std::memcpy(out.data(), tensor.data, tensor.byte_size);
-  return out;
-}
+using int_tensors::int_tensor;
+using int_tensors::ints;
 
 // One step of a counting "decoder" over a gathered batch. Inputs: TOKEN (fed back), LENGTH (the
 // client's), STEP (implicit state). Outputs: NEXT = TOKEN + 1, DONE = STEP + 1 >= LENGTH, then

@@ -14,6 +14,7 @@
 
 #include "inferd/scheduler.h"
 #include "inferd/sequence_batcher.h"
+#include "int_tensors.h"
 
 namespace inferd {
 namespace {
@@ -38,18 +39,8 @@ StateSpec int_state(std::vector<int64_t> dims, std::vector<int64_t> initial_dims
 }
 
 std::shared_ptr<PinnedBufferPool> test_pool() { return std::make_shared<PinnedBufferPool>(1 << 20, false); }
-
-Tensor int_tensor(std::vector<int64_t> shape, std::vector<int32_t> values) {
-  auto owned = std::make_shared<std::vector<int32_t>>(std::move(values));
-  return Tensor{DataType::kInt32, std::move(shape), reinterpret_cast<const std::byte*>(owned->data()),
-                owned->size() * sizeof(int32_t), owned};
-}
-
-std::vector<int32_t> ints(const Tensor& tensor) {
-  std::vector<int32_t> out(tensor.byte_size / sizeof(int32_t));
-  std::memcpy(out.data(), tensor.data, tensor.byte_size);
-  return out;
-}
+using int_tensors::int_tensor;
+using int_tensors::ints;
 
 std::unique_ptr<InferenceRequest> request_of(uint64_t token, uint64_t id, bool start, bool end,
                                              std::vector<int64_t> shape = {1, 1}) {

@@ -9,8 +9,6 @@ own."""
 from __future__ import annotations
 
 import queue
-import random
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.examples import IR_VERSION, OPSET
 from tests.integration.conftest import ServerProcess, running_server
+from tests.integration.test_sequences import interleaved_sums
 
 
 def save_model(repository: Path, name: str, graph: onnx.GraphProto, config: str) -> None:
@@ -179,45 +178,11 @@ def int_input(value: int, datatype: str = "INT32") -> list[grpcclient.InferInput
     return [tensor]
 
 
-def send(
-    client: grpcclient.InferenceServerClient,
-    model: str,
-    sequence: int | str,
-    value: int,
-    *,
-    start: bool = False,
-    end: bool = False,
-) -> int:
-    result = client.infer(
-        model, int_input(value), sequence_id=sequence, sequence_start=start, sequence_end=end
-    )
-    return int(result.as_numpy("OUTPUT")[0][0])
-
-
 @pytest.mark.parametrize("model", ["accumulate_direct", "accumulate_oldest"])
 def test_sixteen_clients_interleaving_sequences_each_get_their_own_sums(
     server: ServerProcess, model: str
 ) -> None:
-    failures: list[str] = []
-
-    def run(client_index: int) -> None:
-        rng = random.Random(client_index)
-        with grpcclient.InferenceServerClient(server.url) as own:
-            for round_ in range(3):
-                sequence = 1000 * (client_index + 1) + round_
-                values = [rng.randint(-50, 50) for _ in range(rng.randint(2, 8))]
-                total = 0
-                for k, value in enumerate(values):
-                    total += value
-                    got = send(own, model, sequence, value, start=k == 0, end=k == len(values) - 1)
-                    if got != total:
-                        failures.append(f"{model} sequence {sequence} step {k}: {got} != {total}")
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    failures = interleaved_sums(server.url, model)  # the same load as test_sequences.py's
     assert not failures, failures[:5]
 
 

@@ -195,15 +195,15 @@ def send(
     return int(result.as_numpy("OUTPUT")[0][0])
 
 
-@pytest.mark.parametrize("model", ["accumulate_direct", "accumulate_oldest"])
-def test_sixteen_clients_interleaving_sequences_each_get_their_own_sums(
-    server: ServerProcess, model: str
-) -> None:
+def interleaved_sums(url: str, model: str, clients: int = 16) -> list[str]:
+    """``clients`` clients, each running 3 sequences of 2 to 8 random values one after another,
+    all at once, against an accumulator (OUTPUT = the sequence's running sum of INPUT): what any
+    of them got wrong."""
     failures: list[str] = []
 
     def run(client_index: int) -> None:
         rng = random.Random(client_index)
-        with grpcclient.InferenceServerClient(server.url) as own:
+        with grpcclient.InferenceServerClient(url) as own:
             for round_ in range(3):
                 sequence = 1000 * (client_index + 1) + round_
                 values = [rng.randint(-50, 50) for _ in range(rng.randint(2, 8))]
@@ -214,11 +214,19 @@ def test_sixteen_clients_interleaving_sequences_each_get_their_own_sums(
                     if got != total:
                         failures.append(f"{model} sequence {sequence} step {k}: {got} != {total}")
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
+    return failures
+
+
+@pytest.mark.parametrize("model", ["accumulate_direct", "accumulate_oldest"])
+def test_sixteen_clients_interleaving_sequences_each_get_their_own_sums(
+    server: ServerProcess, model: str
+) -> None:
+    failures = interleaved_sums(server.url, model)
     assert not failures, failures[:5]
 
 
