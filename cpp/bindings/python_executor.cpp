@@ -71,6 +71,14 @@ py::handle pending_marker() {
   return marker;
 }
 
+py::handle rescheduled_marker() {
+  static PyObject* const marker = [] {  // leaked, as pending_marker's
+    py::object made = py::module_::import("types").attr("SimpleNamespace")();
+    return made.release().ptr();
+  }();
+  return marker;
+}
+
 void DecoupledResponses::check_index(size_t index) const {
   if (index >= requests_) {
     throw py::index_error("request " + std::to_string(index) + " of a batch of " + std::to_string(requests_));
@@ -188,6 +196,9 @@ Status PythonExecutor::execute_requests(const std::vector<ExecutorRequest>& requ
           result.respond = false;  // the final flag alone
         } else if (decoupled_ && answer.is(pending_marker())) {
           result.pending = true;  // answered later, through `respond`
+        } else if (answer.is(rescheduled_marker())) {
+          result.reschedule = true;  // back for another step, unanswered
+          result.respond = false;    // no response of its own here
         } else {
           result = result_of(answer, output_types_);
         }

@@ -70,6 +70,9 @@ RequestResult result_of(py::handle answer, const std::vector<DataType>& output_t
 // The object a decoupled executor's execute_requests returns for a request it goes on answering
 // (RequestResult::pending): _core.PENDING. Requires the GIL; made once, never freed.
 py::handle pending_marker();
+// The answer of a request its model gave back for another step (RequestResult::reschedule):
+// _core.RESCHEDULED. As pending_marker.
+py::handle rescheduled_marker();
 
 // A decoupled batch's answers from Python (bound as _core.DecoupledResponses), from any thread,
 // while execute_requests runs and after it returned, until each request has its final answer:

@@ -176,6 +176,7 @@ void register_decoupled_responses(py::module_& m) {
       .def("__call__", &DecoupledResponses::respond, py::arg("index"), py::arg("answer"))
       .def("finish", &DecoupledResponses::finish, py::arg("index"), py::arg("answer"));
   m.attr("PENDING") = pending_marker();
+  m.attr("RESCHEDULED") = rescheduled_marker();
 }
 
 void register_scheduler(py::module_& m) {

@@ -439,6 +439,7 @@ class LatencyHistogram:
 
 # What a decoupled executor's execute_requests returns for a request it goes on answering.
 PENDING: object
+RESCHEDULED: object
 
 class DecoupledResponses:
     # From any thread, while execute_requests runs and after: True while the request is open.

@@ -696,16 +696,13 @@ def test_unsupported_methods_raise_naming_themselves() -> None:
         pb_utils.Tensor.from_dlpack("X", object())
 
 
-def test_rescheduling_is_for_requests_of_models_that_are_not_decoupled() -> None:
+def test_a_request_keeps_its_release_flags_for_the_worker() -> None:
     plain = request({}, [])
+    assert plain._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
     plain.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
     assert plain._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE  # the loop's
     with pytest.raises(pb_utils.TritonModelException, match="unknown flags 5"):
         plain.set_release_flags(5)
-    streamed = request({}, [])
-    streamed._attach_response_sender(RecordingSender())  # type: ignore[arg-type]
-    with pytest.raises(pb_utils.TritonModelException, match=r"decoupled model's .*not supported"):
-        streamed.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
 
 def test_a_name_triton_lacks_is_a_plain_attribute_error() -> None:

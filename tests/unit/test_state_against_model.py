@@ -78,11 +78,8 @@ def test_state_is_refused_where_onnx_runtime_does_not_serve_the_model(serving: s
         )
 
 
-def test_iterative_sequences_are_refused_for_decoupled_python_models_and_tensorrt() -> None:
-    for serving in (
-        'backend: "python" model_transaction_policy { decoupled: true }',
-        'platform: "tensorrt_plan"',
-    ):
+def test_iterative_sequences_are_refused_for_tensorrt() -> None:
+    for serving in ('platform: "tensorrt_plan"',):
         config = text_format.Parse(
             f'name: "m" {serving} max_batch_size: 4 '
             "sequence_batching { iterative_sequence: true }",

@@ -13,6 +13,7 @@ from inferd.core.cuda import (
 from inferd.core.ensemble import CoreEnsembleStep, EnsembleScheduler, SchedulerDirectory
 from inferd.core.executor import (
     PENDING,
+    RESCHEDULED,
     DecoupledExecutor,
     DecoupledResponses,
     Executor,
@@ -65,6 +66,7 @@ from inferd.core.scheduler import (
 
 __all__ = [
     "PENDING",
+    "RESCHEDULED",
     "BatcherOptions",
     "CancellationFlag",
     "CompletionDispatcher",

@@ -14,6 +14,7 @@ import inferd._core as _core
 
 # What a decoupled executor's execute_requests returns for a request it goes on answering.
 PENDING = _core.PENDING
+RESCHEDULED = _core.RESCHEDULED
 DecoupledResponses = _core.DecoupledResponses
 
 
@@ -77,8 +78,10 @@ class DecoupledExecutor(Executor, Protocol):
     outputs (a last response), an exception (a last error), None (the final flag alone), or
     ``PENDING``: the request goes on after ``execute_requests`` returns, and the instance takes its
     next batch meanwhile (Triton's python backend lets ``execute`` return before a model's own
-    thread sends). Its later responses and its final answer (``respond.finish(index, answer)``,
-    None for the flag alone) come through ``respond``, from any thread; requests still open when
+    thread sends). ``RESCHEDULED`` (any executor answering each request): the model gave the
+    request back for another step (an iterative model's), unanswered. A PENDING request's later
+    responses and its final answer (``respond.finish(index, answer)``, None for the flag alone)
+    come through ``respond``, from any thread; requests still open when
     ``respond`` is dropped fail INTERNAL. Raising fails the whole batch. ``respond`` takes the
     GIL's holder's answer and releases the GIL while it hands it to the core.
 

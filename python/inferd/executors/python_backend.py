@@ -36,7 +36,7 @@ import numpy as np
 import structlog
 
 from inferd import errors
-from inferd.core import PENDING, DecoupledResponses, ModelCalls
+from inferd.core import PENDING, RESCHEDULED, DecoupledResponses, ModelCalls
 from inferd.python_backend import pb_utils
 from inferd.python_backend.bls import ModelCaller
 from inferd.python_backend.process import (
@@ -221,11 +221,14 @@ class PythonBackendExecutor:
             ]
         if respond is None:
             raise errors.Internal(f"{self._spec.describe()} is decoupled: its batch needs respond")
-        self._run_decoupled(
-            lambda: self._process.execute_decoupled(batch, _CoreAnswers(self, respond, batch))
+        rescheduled = set(
+            self._run_decoupled(
+                lambda: self._process.execute_decoupled(batch, _CoreAnswers(self, respond, batch))
+            )
         )
-        # Each request's answers go on through `respond`, the instance free for the next batch.
-        return [PENDING] * len(batch)
+        # Each request's answers go on through `respond`, the instance free for the next batch;
+        # a rescheduled one comes back in a later batch.
+        return [RESCHEDULED if i in rescheduled else PENDING for i in range(len(batch))]
 
     def _run_decoupled(self, run: Callable[[], _Result]) -> _Result:
         """``run`` (a decoupled batch handed to the worker) with a worker serving; a worker that

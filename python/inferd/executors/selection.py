@@ -55,15 +55,10 @@ def create_executors(
     the core's router of them, has no route for; ``instance_health``
     gives each python instance the callback it reports its worker's restarts to; ``abandon``
     set (the load given up) stops a python model's initialize, its worker killed."""
-    iterative = config.sequence_batching.iterative_sequence
-    decoupled_python = (
-        config.backend == PYTHON_BACKEND and config.model_transaction_policy.decoupled
-    )
-    if iterative and (wants_tensorrt(config) or decoupled_python):
+    if config.sequence_batching.iterative_sequence and wants_tensorrt(config):
         raise ModelLoadError(
             f"model {config.name!r}: sequence_batching.iterative_sequence is served for ONNX "
-            "models run by ONNX Runtime and python models that are not decoupled; a decoupled "
-            "python model's rescheduling and TensorRT are not served with it yet"
+            "models run by ONNX Runtime and python models; TensorRT is not served with it yet"
         )
     if implicit_states(config) and (config.backend == PYTHON_BACKEND or wants_tensorrt(config)):
         raise ModelLoadError(

@@ -84,6 +84,12 @@ class OpenBatch:
             self._answers.finish(index, response)
             return True
 
+    def let_go(self, index: int) -> None:
+        """Request ``index`` went back to the core for another execute (rescheduled): it ends
+        here without an answer (the core answers it later, from another batch)."""
+        with self._lock:
+            self._ended.add(index)
+
     def finish_open(self, response: PythonResponse) -> None:
         """Ends every request still open with ``response``."""
         for index in range(len(self.requests)):

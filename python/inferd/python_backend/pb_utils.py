@@ -20,8 +20,8 @@ Names that exist (everything else Triton documents raises, see below):
   Logic Scripting; ``decoupled=True``, a call into a decoupled model, raises; a call closing a
   cycle of calls answers an error naming it; ``timeout`` 0 is 60 s),
   ``set_release_flags(flags)`` (``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` gives an iterative
-  model's request back for another execute, its place in the returned list None; a decoupled
-  model's rescheduling raises).
+  model's request back for another execute: its place in the returned list None, or, for a
+  decoupled model, no final flag sent for it).
 * ``InferenceResponse(output_tensors=None, error=None, parameters=None)``: ``output_tensors()``,
   ``has_error()``, ``error()``, ``parameters()`` (a JSON string).
 * ``InferenceResponseSender`` (what ``get_response_sender()`` returns): ``send(response=None,
@@ -359,11 +359,10 @@ class InferenceRequest:
     def set_release_flags(self, flags: int) -> None:
         """RESCHEDULE: the request comes back in a later execute (an iterative model's,
         sequence_batching { iterative_sequence: true }); its response in execute's list is
-        None."""
+        None, or, for a decoupled model, it has sent no final flag (its sender closes when
+        execute returns)."""
         if flags not in (TRITONSERVER_REQUEST_RELEASE_ALL, TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
             raise TritonModelException(f"set_release_flags: unknown flags {flags}")
-        if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE and self._response_sender is not None:
-            _unsupported("rescheduling a decoupled model's request (set_release_flags)")
         self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:

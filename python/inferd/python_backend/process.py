@@ -482,10 +482,13 @@ class PythonModelProcess:
         if self.session is not None:
             return self._execute_on_ring(self.session, requests)
         gathered = _GatheredAnswers(len(requests), respond)
-        self.execute_decoupled(requests, gathered)
+        for index in self.execute_decoupled(requests, gathered):
+            gathered.finish(index, None)  # rescheduled: this one execute (a warm-up's) ends it
         return gathered.wait()
 
-    def execute_decoupled(self, requests: list[PythonRequest], answers: DecoupledAnswers) -> None:
+    def execute_decoupled(
+        self, requests: list[PythonRequest], answers: DecoupledAnswers
+    ) -> list[int]:
         """Hands a decoupled model's batch to the worker and returns once the model's ``execute``
         has returned; each request's responses and its one final answer go to ``answers`` as the
         worker sends them, from the thread reading its socket, also after this returned. The
@@ -493,6 +496,9 @@ class PythonModelProcess:
         past its deadline) ``CANCELLED_GRACE_S`` ago, the worker's end. An ``execute`` still
         running ``HUNG_EXECUTE_GRACE_S`` after every request of its batch ended, one of them by
         the server, has its worker killed.
+
+        Returns the requests the model rescheduled (set_release_flags(RESCHEDULE)), by their
+        place in the batch: they end here, unanswered, and go back to the core for another step.
 
         Raises ``WorkerDied`` when the worker ends before ``execute`` returned (the caller fails
         the batch) and ``errors.Unavailable`` when no worker is running.
@@ -514,7 +520,7 @@ class PythonModelProcess:
             with contextlib.suppress(OSError):  # the worker is gone: _receive names how it ended
                 self._send(message, fds)
             try:
-                self._await_executed(batch, streams)
+                return self._await_executed(batch, streams)
             finally:
                 self._batch = None
                 batch.executed = True
@@ -551,10 +557,11 @@ class PythonModelProcess:
         message["arena_size"] = replaced.size
         return message, (replaced.fd,)
 
-    def _await_executed(self, batch: OpenBatch, streams: StreamedResponses) -> None:
+    def _await_executed(self, batch: OpenBatch, streams: StreamedResponses) -> list[int]:
         """Waits for the worker's word that ``execute`` returned (its failure ends every request
         still open, after what the model streamed before it), ending overdue requests and
-        cancelling abandoned BLS calls meanwhile."""
+        cancelling abandoned BLS calls meanwhile. Returns the requests the model rescheduled
+        (their places in the batch), which end here without an answer."""
         all_ended_at: float | None = None
         check_at = time.monotonic()
         while True:
@@ -568,7 +575,7 @@ class PythonModelProcess:
                     all_ended_at = now if all_ended_at is None else all_ended_at
                     if now - all_ended_at >= HUNG_EXECUTE_GRACE_S:
                         self._kill_hung_execute()
-                        return
+                        return []
             try:
                 message, fds = self._receive_message(check_at)
             except TimeoutError:
@@ -580,7 +587,15 @@ class PythonModelProcess:
             if message.get("error") is not None:  # execute raised: it ends every open request
                 streams.sync()
                 batch.finish_open(PythonResponse(error=str(message["error"])))
-            return
+                return []
+            rescheduled = [int(i) for i in message.get("rescheduled", [])]
+            if any(not 0 <= i < len(batch.requests) for i in rescheduled):
+                raise errors.Internal(f"{self._spec.describe()}: malformed reply from the worker")
+            if rescheduled:
+                streams.sync()  # what the model streamed for them comes before their next step's
+            for index in rescheduled:
+                batch.let_go(index)
+            return rescheduled
 
     def _deliver_streamed(
         self,

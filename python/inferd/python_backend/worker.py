@@ -346,7 +346,17 @@ class ModelWorker:
             with cancellation.closing(range(len(requests))):
                 self.send({"type": "result", "error": _describe(error)})
             return
-        self.send({"type": "result"})
+        # Requests the model gave back for another execute (an iterative model's): their senders
+        # close here (a request whose final flag went out has ended: its rescheduling is moot).
+        again = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+        rescheduled = [
+            index
+            for index, (request, sender) in enumerate(zip(requests, senders, strict=True))
+            if request._release_flags == again and sender.close()
+        ]
+        self.send(
+            {"type": "result", "rescheduled": rescheduled} if rescheduled else {"type": "result"}
+        )
 
     def send_response(
         self,
