@@ -109,8 +109,13 @@ Status Scheduler::run_batch(Executor* executor, uint32_t instance, StagedBatch* 
   staged->inputs.clear();  // the batch buffers go back to the pool before the answers go out
   if (!status.ok()) return status;
   const size_t batch_requests = batch->size();
+  // The watch goes before its flags are read: a cancel that comes later is remembered for the
+  // request's next step (RunningRequests), none is lost in between.
+  std::vector<RunningRequests::Flag> flags;
+  for (size_t i = 0; watch && i < batch->size(); ++i) flags.push_back(watch->flag(i));
+  watch.reset();
   std::vector<bool> cancelled;
-  for (size_t i = 0; watch && i < batch->size(); ++i) cancelled.push_back(watch->flag(i)->load());
+  for (const auto& flag : flags) cancelled.push_back(flag->load(std::memory_order_acquire));
   keep_states(batch, &per_request, &cancelled);
   if (iterative_ != nullptr) {
     step_iterative(batch, &per_request, cancelled, instance, timeline, batch_requests);
@@ -258,6 +263,8 @@ Status Scheduler::run_requests(Executor* executor, uint32_t instance, StagedBatc
   // Pending requests without a final result yet move into `open` (their places left null).
   if (open) open->settle(status, timing, &results, &batch);
   if (!status.ok()) return status;  // each fails with it
+  // As in run_batch: a request's watch goes before the cancel of one that goes on is read.
+  if (running != nullptr) running.reset();
   RequestBatch computed;
   std::vector<std::vector<Tensor>> outputs;
   std::vector<bool> respond;
