@@ -40,7 +40,8 @@ std::shared_ptr<EnsembleScheduler> make_ensemble(const std::string& name, int64_
                                                  const std::vector<TensorTuple>& outputs,
                                                  const std::vector<StepTuple>& steps,
                                                  std::shared_ptr<const SchedulerDirectory> directory,
-                                                 std::shared_ptr<CompletionQueue> completions) {
+                                                 std::shared_ptr<CompletionQueue> completions,
+                                                 std::shared_ptr<ResponseCache> response_cache) {
   EnsembleDefinition definition;
   definition.name = name;
   definition.max_batch_size = max_batch_size;
@@ -58,7 +59,7 @@ std::shared_ptr<EnsembleScheduler> make_ensemble(const std::string& name, int64_
     definition.steps.push_back(std::move(step));
   }
   return std::make_shared<EnsembleScheduler>(std::move(definition), SchedulerDirectory::resolver(std::move(directory)),
-                                             std::move(completions));
+                                             std::move(completions), std::move(response_cache));
 }
 
 void publish(SchedulerDirectory& directory,
@@ -85,7 +86,7 @@ void register_ensemble(py::module_& m) {
       .def_readonly("fail", &EnsembleStepStatistics::fail);
   py::class_<EnsembleScheduler, RequestScheduler, std::shared_ptr<EnsembleScheduler>>(m, "EnsembleScheduler")
       .def(py::init(&make_ensemble), py::arg("name"), py::arg("max_batch_size"), py::arg("inputs"), py::arg("outputs"),
-           py::arg("steps"), py::arg("directory"), py::arg("completions"),
+           py::arg("steps"), py::arg("directory"), py::arg("completions"), py::arg("response_cache") = nullptr,
            "An ensemble over the schedulers the directory holds. inputs/outputs: (name, datatype code, dims) in the "
            "signature's order; steps: (model, version or -1, [(model input, ensemble tensor)] in the model's input "
            "order, [(model output index, model output, ensemble tensor)]). The plan must have been checked "

@@ -11,6 +11,7 @@
 
 #include "inferd/model_signature.h"
 #include "inferd/request_scheduler.h"
+#include "inferd/response_cache.h"
 #include "inferd/scheduler.h"
 #include "native_executor.h"
 #include "python_executor.h"
@@ -40,7 +41,8 @@ struct DestroyWithoutGil {
 std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name, const BatcherOptions& batching,
                                           const py::list& executors, const std::vector<int>& output_types,
                                           std::shared_ptr<CompletionQueue> completions,
-                                          std::shared_ptr<PinnedBufferPool> pool, const SequenceOptions* sequence) {
+                                          std::shared_ptr<PinnedBufferPool> pool, const SequenceOptions* sequence,
+                                          std::shared_ptr<ResponseCache> response_cache) {
   std::vector<DataType> types;
   for (int code : output_types) {
     if (!is_valid_datatype(code)) throw std::invalid_argument("unknown datatype code " + std::to_string(code));
@@ -52,6 +54,7 @@ std::shared_ptr<Scheduler> make_scheduler(const std::string& model_name, const B
     instances.push_back(native ? std::move(native) : std::make_unique<PythonExecutor>(executor, types));
   }
   SchedulerOptions options{model_name, batching};
+  options.response_cache = std::move(response_cache);
   if (sequence != nullptr) {
     options.sequence_batching = true;
     options.sequence = *sequence;
@@ -120,7 +123,7 @@ void register_statistics(py::module_& m) {
                        const Duration& compute_input, const Duration& compute_infer, const Duration& compute_output,
                        std::map<uint64_t, BatchDurations> batches, const LatencyHistogram& request_duration,
                        const LatencyHistogram& queue_duration, uint64_t responses,
-                       const LatencyHistogram& first_response) {
+                       const LatencyHistogram& first_response, const Duration& cache_hit, const Duration& cache_miss) {
              return StatisticsSnapshot{last_inference_ms,
                                        inference_count,
                                        execution_count,
@@ -134,14 +137,17 @@ void register_statistics(py::module_& m) {
                                        request_duration,
                                        queue_duration,
                                        responses,
-                                       first_response};
+                                       first_response,
+                                       cache_hit,
+                                       cache_miss};
            }),
            py::kw_only(), py::arg("last_inference_ms") = 0, py::arg("inference_count") = 0,
            py::arg("execution_count") = 0, py::arg("success") = Duration{}, py::arg("fail") = Duration{},
            py::arg("queue") = Duration{}, py::arg("compute_input") = Duration{}, py::arg("compute_infer") = Duration{},
            py::arg("compute_output") = Duration{}, py::arg("batches") = std::map<uint64_t, BatchDurations>{},
            py::arg("request_duration") = LatencyHistogram{}, py::arg("queue_duration") = LatencyHistogram{},
-           py::arg("responses") = 0, py::arg("first_response") = LatencyHistogram{})
+           py::arg("responses") = 0, py::arg("first_response") = LatencyHistogram{}, py::arg("cache_hit") = Duration{},
+           py::arg("cache_miss") = Duration{})
       .def_readonly("last_inference_ms", &StatisticsSnapshot::last_inference_ms,
                     "Wall clock, ms since the epoch; 0 = never.")
       .def_readonly("inference_count", &StatisticsSnapshot::inference_count)
@@ -160,7 +166,21 @@ void register_statistics(py::module_& m) {
                     "a response.")
       .def_readonly("first_response", &StatisticsSnapshot::first_response,
                     "Per request of a decoupled model (empty for other models), the time from its queueing to its "
-                    "first response (or to its final flag, when that came first).");
+                    "first response (or to its final flag, when that came first).")
+      .def_readonly("cache_hit", &StatisticsSnapshot::cache_hit,
+                    "Requests answered from the response cache, and the time to answer them.")
+      .def_readonly("cache_miss", &StatisticsSnapshot::cache_miss,
+                    "Response cache misses, and the time their lookups and their answers' inserts took.");
+  py::class_<ResponseCacheStats>(m, "ResponseCacheStats", "The response cache's own figures.")
+      .def_readonly("bytes", &ResponseCacheStats::bytes, "Charged to the entries held.")
+      .def_readonly("limit_bytes", &ResponseCacheStats::limit_bytes)
+      .def_readonly("entries", &ResponseCacheStats::entries)
+      .def_readonly("evictions", &ResponseCacheStats::evictions, "Entries dropped to make room.")
+      .def_readonly("rejected", &ResponseCacheStats::rejected, "Answers too large to hold at all.");
+  py::class_<ResponseCache, std::shared_ptr<ResponseCache>>(
+      m, "ResponseCache", "The server's response cache (--cache-config local,size=BYTES), shared by its models.")
+      .def(py::init<uint64_t>(), py::arg("limit_bytes"))
+      .def("stats", &ResponseCache::stats);
 }
 
 }  // namespace
@@ -220,8 +240,10 @@ void register_scheduler(py::module_& m) {
   py::class_<Scheduler, RequestScheduler, std::shared_ptr<Scheduler>>(m, "Scheduler")
       .def(py::init(&make_scheduler), py::arg("model_name"), py::arg("batching"), py::arg("executors"),
            py::arg("output_datatypes"), py::arg("completions"), py::arg("pool"), py::arg("sequence") = nullptr,
+           py::arg("response_cache") = nullptr,
            "One worker thread per executor object; each must have execute(list[ndarray]) -> list[ndarray]. "
-           "sequence: a stateful model's SequenceOptions (its requests then queue by sequence).")
+           "sequence: a stateful model's SequenceOptions (its requests then queue by sequence). response_cache: "
+           "the server's ResponseCache, when the model's answers are cached.")
       .def(
           "sequence_counts",
           [](const Scheduler& scheduler) {

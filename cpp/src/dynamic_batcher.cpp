@@ -96,6 +96,12 @@ Status DynamicBatcher::enqueue(std::unique_ptr<InferenceRequest>&& request) {
   return Status::Ok();
 }
 
+std::optional<uint64_t> DynamicBatcher::admit_answered() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) return std::nullopt;
+  return next_sequence_++;
+}
+
 template <typename Fn>
 void DynamicBatcher::for_each_queue(Fn&& fn) {
   for (Level& level : levels_) {

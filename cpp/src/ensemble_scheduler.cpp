@@ -96,8 +96,12 @@ struct EnsembleRun {
 };
 
 struct EnsembleScheduler::Shared : std::enable_shared_from_this<Shared> {
-  Shared(const EnsembleDefinition& definition, SchedulerResolver resolve, std::shared_ptr<CompletionQueue> queue)
-      : plan(definition), resolver(std::move(resolve)), completions(std::move(queue)) {}
+  Shared(const EnsembleDefinition& definition, SchedulerResolver resolve, std::shared_ptr<CompletionQueue> queue,
+         std::shared_ptr<ResponseCache> response_cache)
+      : plan(definition),
+        resolver(std::move(resolve)),
+        completions(std::move(queue)),
+        cache(std::move(response_cache), &statistics) {}
 
   // Where a step's answer goes: back into its run.
   class StepSink : public CompletionSink {
@@ -117,6 +121,7 @@ struct EnsembleScheduler::Shared : std::enable_shared_from_this<Shared> {
   const std::shared_ptr<CompletionQueue> completions;
 
   ModelStatistics statistics;  // the ensemble's own, as a model's
+  VersionCache cache;          // the ensemble's own answers (response_cache), after statistics
 
   mutable std::mutex mutex;
   std::condition_variable drained;                                  // notified when `runs` empties
@@ -135,6 +140,11 @@ struct EnsembleScheduler::Shared : std::enable_shared_from_this<Shared> {
   // its lock (no lock held), and records it.
   void answer(const std::shared_ptr<EnsembleRun>& run, std::unique_ptr<InferenceRequest> request, Status status,
               std::vector<Tensor> outputs, std::vector<EnsembleStepTiming> steps);
+  // Answers `request` with its cached `outputs`, looked up at `start`, without running a step.
+  Status answer_from_cache(std::unique_ptr<InferenceRequest>&& request, std::vector<Tensor>&& outputs,
+                           Clock::time_point start);
+  // To the request's own sink if it has one, else to the completion queue.
+  void deliver(Completion&& completion);
   static std::vector<EnsembleStepTiming> finished_steps(EnsembleRun* run);
   // Cancels, in their schedulers, the started steps of a run (no lock held).
   static void cancel_steps(std::vector<std::pair<uint64_t, std::weak_ptr<Scheduler>>> started);
@@ -202,6 +212,29 @@ void EnsembleScheduler::Shared::answer(const std::shared_ptr<EnsembleRun>& run,
   completion.timing.compute_end = now;
   completion.timing.steps = std::move(steps);
   completion.request = std::move(request);
+  cache.remember(completion);
+  deliver(std::move(completion));
+}
+
+Status EnsembleScheduler::Shared::answer_from_cache(std::unique_ptr<InferenceRequest>&& request,
+                                                    std::vector<Tensor>&& outputs, Clock::time_point start) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (closed) return Status::Error(StatusCode::kUnavailable, "ensemble '" + plan.name + "' is shutting down");
+    ++requests;
+  }
+  cache.record_hit(start);
+  Completion completion;
+  completion.token = request->token;
+  completion.outputs = std::move(outputs);
+  completion.timing.enqueued = start;
+  completion.timing.compute_end = Clock::now();
+  completion.request = std::move(request);
+  deliver(std::move(completion));
+  return Status::Ok();
+}
+
+void EnsembleScheduler::Shared::deliver(Completion&& completion) {
   std::shared_ptr<CompletionSink> sink = completion.request->sink;
   if (sink) {
     sink->complete(std::move(completion));
@@ -347,8 +380,10 @@ void EnsembleScheduler::Shared::step_done(const std::shared_ptr<EnsembleRun>& ru
 }
 
 EnsembleScheduler::EnsembleScheduler(EnsembleDefinition definition, SchedulerResolver resolver,
-                                     std::shared_ptr<CompletionQueue> completions)
-    : shared_(std::make_shared<Shared>(definition, std::move(resolver), std::move(completions))) {}
+                                     std::shared_ptr<CompletionQueue> completions,
+                                     std::shared_ptr<ResponseCache> response_cache)
+    : shared_(std::make_shared<Shared>(definition, std::move(resolver), std::move(completions),
+                                       std::move(response_cache))) {}
 
 EnsembleScheduler::~EnsembleScheduler() { shutdown(); }
 
@@ -358,6 +393,12 @@ Status EnsembleScheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
     return Status::Error(StatusCode::kInvalidArgument, "ensemble '" + plan.name + "' takes " +
                                                            std::to_string(plan.input_count) + " inputs, got " +
                                                            std::to_string(request->inputs.size()));
+  }
+  if (shared_->cache.enabled()) {
+    const Clock::time_point start = Clock::now();
+    if (auto outputs = shared_->cache.lookup(request.get(), start)) {
+      return shared_->answer_from_cache(std::move(request), std::move(*outputs), start);
+    }
   }
   auto run = std::make_shared<EnsembleRun>();
   run->token = request->token;

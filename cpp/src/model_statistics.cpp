@@ -73,6 +73,23 @@ void ModelStatistics::record_failures(uint64_t count, uint64_t total_ns) {
   for (uint64_t i = 0; i < count; ++i) stats_.request_duration.add(total_ns / count);
 }
 
+void ModelStatistics::record_cache_hit(uint64_t total_ns) {
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.last_inference_ms = static_cast<uint64_t>(now_ms.count());
+  stats_.success.add(1, total_ns);
+  stats_.queue.add(1, 0);  // as Triton counts a hit: queued, for no time
+  stats_.cache_hit.add(1, total_ns);
+  stats_.request_duration.add(total_ns);
+  stats_.queue_duration.add(0);
+}
+
+void ModelStatistics::record_cache_miss(uint64_t count, uint64_t ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.cache_miss.add(count, ns);
+}
+
 void ModelStatistics::record_request(int64_t rows, uint64_t total_ns, const std::array<uint64_t, 4>& phases) {
   const auto now_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());

@@ -52,6 +52,7 @@ Scheduler::Scheduler(SchedulerOptions options, std::vector<std::unique_ptr<Execu
       batcher_(batcher_for(options_, instances_.size(), pool_)),
       sequences_(options_.sequence_batching ? static_cast<SequenceBatcher*>(batcher_.get()) : nullptr),
       iterative_(options_.sequence_batching ? options_.sequence.iterative.get() : nullptr),
+      cache_(options_.sequence_batching ? nullptr : options_.response_cache, &statistics_),
       decoupled_(std::make_shared<DecoupledRequests>(
           [this](std::unique_ptr<InferenceRequest> request, RequestResult&& result, const RequestTiming& timing) {
             complete_open(std::move(request), std::move(result), timing);
@@ -90,9 +91,34 @@ Status Scheduler::submit(std::unique_ptr<InferenceRequest>&& request) {
                            "input " + std::to_string(i) + " of model '" + options_.model_name + "': " + valid.message);
     }
   }
+  if (cache_.enabled()) {
+    const Clock::time_point start = Clock::now();
+    if (auto outputs = cache_.lookup(request.get(), start)) {
+      return answer_from_cache(std::move(request), std::move(*outputs), start);
+    }
+  }
   Status status = batcher_->enqueue(std::move(request));
   if (!status.ok()) status.message = "model '" + options_.model_name + "': " + status.message;
   return status;
+}
+
+Status Scheduler::answer_from_cache(std::unique_ptr<InferenceRequest>&& request, std::vector<Tensor>&& outputs,
+                                    Clock::time_point start) {
+  const std::optional<uint64_t> place = batcher_->admit_answered();
+  if (!place) {
+    return Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "': the model is shutting down");
+  }
+  cache_.record_hit(start);
+  request->enqueue_time = start;
+  request->sequence = *place;
+  Completion completion;
+  completion.token = request->token;
+  completion.outputs = std::move(outputs);
+  completion.timing.enqueued = start;
+  completion.timing.compute_end = Clock::now();
+  completion.request = std::move(request);
+  complete(std::move(completion), *place);
+  return Status::Ok();
 }
 
 bool Scheduler::cancel(uint64_t token) {
@@ -154,6 +180,7 @@ SequenceCounts Scheduler::sequence_counts() const {
 void Scheduler::complete(Completion&& completion, uint64_t sequence) {
   // A stateful model's sequence may go on with its next request now.
   if (completion.request != nullptr) batcher_->finished(*completion.request);
+  cache_.remember(completion);
   if (!options_.batching.preserve_ordering) {
     deliver(std::move(completion));
     return;

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from inferd import __version__
+from inferd.cache_config import CacheConfigError, cache_size
 from inferd.errors import InferdError
 from inferd.observability.logging import LogControl, configure_logging
 from inferd.observability.open_files import raise_open_file_limit
@@ -205,6 +206,10 @@ def _check_startup(settings: ServerSettings) -> None:
         value = getattr(settings, name)
         if value <= 0:
             raise StartupError(f"{_flag(name)} must be positive, not {value}")
+    try:
+        cache_size(settings.cache_config)
+    except CacheConfigError as e:
+        raise StartupError(str(e)) from None
     if (threads := settings.http_thread_count) < 0:
         raise StartupError(f"--http-thread-count must be 0 (one per core) or more, not {threads}")
     try:

@@ -29,6 +29,7 @@ from inferd.core import (
     HostBufferPool,
     ModelCalls,
     cuda_runtime_description,
+    response_cache,
 )
 from inferd.dataplane import DataPlane
 from inferd.executors import OnnxRuntimeOptions
@@ -254,6 +255,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
     )
     repository = ModelRepository(settings.model_repository)
     state_memory = sequence_state_memory(settings.max_sequence_state_bytes)
+    cache = response_cache(settings.cache_config)
     registry = ModelRegistry(
         repository,
         dispatcher,
@@ -265,6 +267,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
         readiness=ReadinessRules(settings.strict_readiness, settings.ready_without_models),
         drain_timeout_s=settings.exit_timeout_secs,
         state_memory=state_memory,
+        response_cache=cache,
     )
     # Before the first load: a failed one is counted, and each loaded version's failure series
     # are there from its load.
@@ -275,6 +278,7 @@ async def _load_models(settings: ServerSettings, stopping: threading.Event | Non
             lambda: _model_counters(registry),
             loaded=lambda: [(m.name, str(m.version)) for m in registry.published()],
             state_memory=state_memory,
+            response_cache=cache,
         )
     )
     if metrics is not None:

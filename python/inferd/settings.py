@@ -433,6 +433,15 @@ class ServerSettings:
             "growing past it, is refused RESOURCE_EXHAUSTED.",
         ),
     )
+    cache_config: str = field(
+        default="",
+        metadata=_help(
+            EXECUTION,
+            "Triton's response cache: local,size=BYTES keeps successful answers of the models "
+            "whose config says response_cache { enable: true }, least recently used out first; "
+            "empty or size 0 = no cache.",
+        ),
+    )
     exit_timeout_secs: float = field(
         default=30.0,
         metadata=_help(

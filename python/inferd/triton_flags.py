@@ -297,8 +297,11 @@ TRITON_FLAGS: tuple[TritonFlag, ...] = (
         "--repoagent-directory",
         "inferd has no repository agents; a config naming one fails its load, naming the field",
     ),
-    _refused("--cache-config", "inferd has no response cache yet"),
-    _ignored("--cache-directory", "inferd has no response cache (--cache-config is refused)"),
+    _same(
+        "--cache-config",
+        why="the local cache (local,size=BYTES); Triton's redis cache fails the start",
+    ),
+    _ignored("--cache-directory", "inferd's local response cache is built in, not loaded"),
     # Rate limiter
     _refused("--rate-limit", "inferd has no rate limiter yet", harmless=("off",)),
     _ignored("--rate-limit-resource", "used only by --rate-limit, refused unless off"),
@@ -329,7 +332,12 @@ TRITON_FLAGS: tuple[TritonFlag, ...] = (
     ),
     # Deprecated
     _ignored("--strict-model-config", _COMPLETE_CONFIGS, boolean=True),
-    _refused("--response-cache-byte-size", "inferd has no response cache yet", harmless=("0",)),
+    _alias(
+        "--response-cache-byte-size",
+        "--cache-config",
+        why="N becomes local,size=N",
+        convert=lambda value: f"local,size={value}",
+    ),
     _ignored("--trace-file", _OLD_TRACING),
     _refused(
         "--trace-level",

@@ -311,7 +311,7 @@ SIMPLE_IO = (
     [
         ('model_operations { op_library_filename: ["ops.so"] }', "model_operations"),
         ("optimization { graph { level: 1 } }", "optimization.graph"),
-        ("response_cache { enable: true }", "response_cache"),
+        ('model_repository_agents { agents [{ name: "checksum" }] }', "model_repository_agents"),
         (
             'instance_group [{ count: 1 kind: KIND_CPU host_policy: "numa0" }]',
             "instance_group.host_policy",
@@ -324,6 +324,33 @@ def test_a_config_field_inferd_does_not_honour_fails_the_load_with_its_name(
 ) -> None:
     with pytest.raises(ModelLoadError, match=rf"sets .*{re.escape(named)}.*does not support yet"):
         config_of(repo, "simple", extra)
+
+
+def test_response_cache_loads_where_an_answer_is_the_request_s_alone(repo: Path) -> None:
+    assert config_of(repo, "simple", "response_cache { enable: true }").response_cache.enable
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "model_transaction_policy { decoupled: true } sequence_batching { "
+            "iterative_sequence: true }",
+            r"response_cache \{ enable: true \} cannot be used with model_transaction_policy "
+            r"\{ decoupled: true \}: a decoupled model's answer is a stream",
+        ),
+        (
+            "sequence_batching { }",
+            r"response_cache \{ enable: true \} cannot be used with sequence_batching: a "
+            "stateful model's answer depends on its sequence",
+        ),
+    ],
+)
+def test_response_cache_on_a_decoupled_or_stateful_model_fails_the_load(
+    repo: Path, extra: str, message: str
+) -> None:
+    with pytest.raises(ModelLoadError, match=message):
+        config_of(repo, "simple", f"{extra} response_cache {{ enable: true }}")
 
 
 def test_a_decoupled_model_that_is_not_a_python_model_fails_the_load(repo: Path) -> None:

@@ -199,10 +199,6 @@ def test_a_refused_flag_names_itself_and_why(flag: Any) -> None:
     ("argv", "message"),
     [
         (
-            ["--cache-config", "local,size=1048576"],
-            "Triton's --cache-config is not supported: inferd has no response cache yet",
-        ),
-        (
             ["--rate-limit=execution_count"],
             "Triton's --rate-limit=execution_count is not supported: inferd has no rate limiter "
             "yet (only --rate-limit=off is accepted, and ignored)",

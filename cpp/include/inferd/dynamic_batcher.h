@@ -101,6 +101,7 @@ class DynamicBatcher final : public RequestBatcher {
   // the levels, RESOURCE_EXHAUSTED when its level's queue is full, UNAVAILABLE once closed.
   // Never blocks beyond the internal lock.
   Status enqueue(std::unique_ptr<InferenceRequest>&& request) override;
+  std::optional<uint64_t> admit_answered() override;
 
   // Blocks until a batch is due or requests must be answered without running. Fills `batch`
   // (maybe empty) and `rejected`; returns false only when closed and nothing is left. A call is

@@ -12,6 +12,7 @@
 #include "inferd/inference_request.h"
 #include "inferd/model_statistics.h"
 #include "inferd/request_scheduler.h"
+#include "inferd/response_cache.h"
 #include "inferd/scheduler.h"
 #include "inferd/status.h"
 #include "inferd/tensor.h"
@@ -112,8 +113,10 @@ struct EnsembleStatisticsSnapshot {
 // (never this object), so they are safe after this object is gone.
 class EnsembleScheduler final : public RequestScheduler {
  public:
+  // `response_cache`: the server's, when the ensemble's own answers are cached (null: not).
   EnsembleScheduler(EnsembleDefinition definition, SchedulerResolver resolver,
-                    std::shared_ptr<CompletionQueue> completions);
+                    std::shared_ptr<CompletionQueue> completions,
+                    std::shared_ptr<ResponseCache> response_cache = nullptr);
   // Shuts down if shutdown() was not called.
   ~EnsembleScheduler() override;
   EnsembleScheduler(const EnsembleScheduler&) = delete;

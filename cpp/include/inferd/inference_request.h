@@ -25,6 +25,7 @@ inline uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
 struct ModelSignature;
 struct Completion;
 struct InferenceRequest;
+class CacheKey;
 
 // An output the client asked to be written into its shared memory instead of the answer.
 struct SharedMemoryOutput {
@@ -90,6 +91,9 @@ struct InferenceRequest {
   // final answer, replaced by what it computed.
   CarriedState state;
   uint32_t iteration = 0;  // an iterative sequence's request: the steps it has run
+  // A request of a model with response_cache that missed: its key, under which a successful
+  // answer is kept (VersionCache::remember).
+  std::shared_ptr<const CacheKey> cache_key;
 };
 
 struct EnsembleStepTiming;

@@ -50,6 +50,10 @@ struct StatisticsSnapshot {
   // its first response (or to its final flag, when that comes first).
   uint64_t responses = 0;
   LatencyHistogram first_response;
+  // A model with response_cache: hits (each also a success and a queue entry, but neither an
+  // inference nor an execution) with the time to answer them, and misses with the time their
+  // lookup and their answer's insert took.
+  Duration cache_hit, cache_miss;
 };
 
 // The timestamps of one batch's trip through a worker, taken with the monotonic clock.
@@ -79,6 +83,10 @@ class ModelStatistics {
   // A decoupled model's request: `responses` more responses sent, and, when `first_response_ns`
   // is given, the time from its enqueue to its first response.
   void record_responses(uint64_t responses, std::optional<uint64_t> first_response_ns);
+  // A request answered from the response cache after `total_ns`.
+  void record_cache_hit(uint64_t total_ns);
+  // `count` cache misses (0: more time for one already counted: its answer's insert) and `ns`.
+  void record_cache_miss(uint64_t count, uint64_t ns);
   StatisticsSnapshot snapshot() const;
 
  private:

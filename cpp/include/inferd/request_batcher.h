@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,10 @@ class RequestBatcher {
   // For one expiry-watching thread: blocks until queued requests must be answered without running
   // (their deadlines passed) and moves them into `rejected` (true); false once closed.
   virtual bool next_expired(std::vector<Rejection>* rejected) = 0;
+  // A place in the completion order (InferenceRequest::sequence) for a request answered without
+  // being queued (a response cache hit), so that preserve_ordering holds for it too; nullopt once
+  // closed. A batcher of stateful models, which are never cached, admits none.
+  virtual std::optional<uint64_t> admit_answered() { return std::nullopt; }
   // Takes the request with `token` out of the queues; nullptr if it is not waiting.
   virtual std::unique_ptr<InferenceRequest> cancel(uint64_t token) = 0;
   // A request that was queued here has had its final answer, however it ended (computed, failed,

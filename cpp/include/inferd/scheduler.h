@@ -18,6 +18,7 @@
 #include "inferd/pinned_buffer_pool.h"
 #include "inferd/request_batcher.h"
 #include "inferd/request_scheduler.h"
+#include "inferd/response_cache.h"
 #include "inferd/running_requests.h"
 #include "inferd/sequence_batcher.h"
 
@@ -32,6 +33,9 @@ struct SchedulerOptions {
   // `sequence`, and `batching` gives only max_batch_size and preserve_ordering.
   bool sequence_batching = false;
   SequenceOptions sequence;
+  // The server's response cache, for a model with `response_cache { enable: true }` (null: none).
+  // Never used by a stateful or decoupled model: their answers depend on more than the request.
+  std::shared_ptr<ResponseCache> response_cache;
 };
 
 // A stateful model's sequences now: active (holding a place), in the backlog, and ended for
@@ -96,8 +100,10 @@ class Scheduler final : public RequestScheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Checks that each input's bytes match its shape (INVALID_ARGUMENT if not) and queues `request`
-  // (see DynamicBatcher::enqueue for the other refusals). Thread-safe; never blocks beyond the
-  // batcher's lock. On success the scheduler owns the request; on failure it stays with the caller.
+  // (see DynamicBatcher::enqueue for the other refusals). With a response cache, a request whose
+  // answer is kept there is answered on this thread instead, in its place when ordering is kept.
+  // Thread-safe; never blocks beyond the batcher's lock. On success the scheduler owns the
+  // request; on failure it stays with the caller.
   Status submit(std::unique_ptr<InferenceRequest>&& request) override;
 
   // Answers the request with `token` CANCELLED if it is still queued; returns whether it was.
@@ -168,6 +174,9 @@ class Scheduler final : public RequestScheduler {
   // Precondition: nothing is staged on `executor` ahead of what this stages.
   void isolate_failures(Executor* executor, uint32_t instance, RequestBatch requests, const Status& status);
   void fail(std::unique_ptr<InferenceRequest> request, const Status& status);
+  // Answers `request` with its cached `outputs`, looked up at `start`; refused once closed.
+  Status answer_from_cache(std::unique_ptr<InferenceRequest>&& request, std::vector<Tensor>&& outputs,
+                           Clock::time_point start);
   void complete(Completion&& completion, uint64_t sequence);
   // To the request's own sink if it has one, else to the completion queue.
   void deliver(Completion&& completion);
@@ -180,6 +189,7 @@ class Scheduler final : public RequestScheduler {
   SequenceBatcher* const sequences_;       // batcher_, for a stateful model; else null
   const IterativeSteps* const iterative_;  // an iterative model's steps; else null
   ModelStatistics statistics_;
+  VersionCache cache_;       // after statistics_, which it records in
   RunningRequests running_;  // the requests of batches executors answer request by request
   // Decoupled batches with a request still open after their execute returned.
   std::shared_ptr<DecoupledRequests> decoupled_;

@@ -49,6 +49,7 @@ from inferd.core.python_worker import (
     StreamedResponses,
     WorkerRing,
 )
+from inferd.core.response_cache import ResponseCache, ResponseCacheStats, response_cache
 from inferd.core.scheduler import (
     CompletionDispatcher,
     CoreResult,
@@ -93,6 +94,8 @@ __all__ = [
     "PythonWorkerSession",
     "QueuePolicy",
     "RequestAnsweringExecutor",
+    "ResponseCache",
+    "ResponseCacheStats",
     "SchedulerDirectory",
     "SequenceOptions",
     "SequenceStateMemory",
@@ -112,6 +115,7 @@ __all__ = [
     "grpc_status_code",
     "parse_infer_request",
     "pinned_array",
+    "response_cache",
     "set_core_logging",
     "set_onnxruntime_logging",
     "shown_message",

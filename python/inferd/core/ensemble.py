@@ -72,6 +72,7 @@ class EnsembleScheduler:
         outputs: Sequence[TensorSignature],
         steps: Sequence[CoreEnsembleStep],
         max_batch_size: int,
+        response_cache: _core.ResponseCache | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._signature = signature
@@ -84,6 +85,7 @@ class EnsembleScheduler:
             [(s.model, s.version, list(s.inputs), list(s.outputs)) for s in self.steps],
             directory.core,
             dispatcher.queue,
+            response_cache,
         )
 
     async def infer_request(

@@ -245,6 +245,7 @@ class ModelScheduler:
         executors: list[Executor],
         output_datatypes: list[int],
         sequence: SequenceOptions | None = None,
+        response_cache: _core.ResponseCache | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._executors = executors
@@ -259,6 +260,7 @@ class ModelScheduler:
             dispatcher.queue,
             pool.core,
             sequence,
+            response_cache,
         )
 
     async def infer(

@@ -53,7 +53,7 @@ from inferd.repository.layout import without_model_dir
 from inferd.repository.version_weights import version_weights
 
 if TYPE_CHECKING:
-    from inferd.core import ModelCalls
+    from inferd.core import ModelCalls, ResponseCache
     from inferd.executors.python_backend import InstanceHealth
     from inferd.python_backend.bls import ModelCaller
 
@@ -115,8 +115,11 @@ class ModelVersionBuilder:
         engine_cache_dir: Path | None = None,
         limits: LoadLimits | None = None,
         state_memory: SequenceStateMemory | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._limits = limits or LoadLimits()
+        # The server's response cache (--cache-config), for models with response_cache.
+        self._response_cache = response_cache
         # The bound every stateful model's sequences share (--max-sequence-state-bytes).
         self.state_memory = state_memory if state_memory is not None else sequence_state_memory()
         self._repository = repository
@@ -272,8 +275,23 @@ class ModelVersionBuilder:
             executors,
             model_output_types(config),  # with the states' the config does not list
             sequence,
+            self._cache_for(config),
         )
         return LoadedModel(name, version, config, inputs, outputs, scheduler)
+
+    def _cache_for(self, config: ModelConfig) -> ResponseCache | None:
+        """The response cache a model's answers are kept in: the server's, when its config
+        enables response_cache (config.py refused it where answers cannot be cached)."""
+        if not config.response_cache.enable:
+            return None
+        if self._response_cache is None:
+            # Triton loads such a model and serves it uncached too.
+            log.warning(
+                "response_cache is enabled but the server has no cache: answers are not cached",
+                model=config.name,
+                flag="--cache-config local,size=BYTES",
+            )
+        return self._response_cache
 
     def _health_callbacks(self, name: str) -> Callable[[], InstanceHealth] | None:
         """A factory of one health callback per instance of model ``name``."""
@@ -316,6 +334,7 @@ class ModelVersionBuilder:
                 outputs,
                 steps,
                 int(config.max_batch_size),
+                self._cache_for(config),
             )
             composed = tuple((s.model, s.version) for s in steps)
             built[version] = LoadedModel(

@@ -23,6 +23,7 @@ from inferd.core import (
     CompletionDispatcher,
     EnsembleScheduler,
     HostBufferPool,
+    ResponseCache,
     SchedulerDirectory,
     SequenceStateMemory,
 )
@@ -84,6 +85,7 @@ class ModelRegistry:
         readiness: ReadinessRules | None = None,
         drain_timeout_s: float | None = None,
         state_memory: SequenceStateMemory | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._repository = repository
         # How long an unload (or the old versions of a reload) waits for a python model's
@@ -102,6 +104,7 @@ class ModelRegistry:
             engine_cache_dir=engine_cache_dir,
             limits=limits,
             state_memory=state_memory,
+            response_cache=response_cache,
         )
         # Set once the server stops (``abandon_loads``, or by the owner of ``abandon``, a signal
         # handler): load_all and loads starting from then end at their next step.

@@ -74,8 +74,12 @@ class CoreStatisticsCollector(Collector):
     """Triton's counters, read from the core at scrape time. ``snapshot`` runs on the HTTP
     server's thread: it must only read (the registry gives it an immutable tuple)."""
 
-    def __init__(self, snapshot: Callable[[], list[ModelCounters]]) -> None:
+    def __init__(
+        self, snapshot: Callable[[], list[ModelCounters]], *, caching: bool = False
+    ) -> None:
         self._snapshot = snapshot
+        # The server has a response cache: Triton's per-model cache families are written.
+        self._caching = caching
 
     def collect(self) -> Iterator[Metric]:
         counters = self._snapshot()
@@ -85,6 +89,8 @@ class CoreStatisticsCollector(Collector):
         yield _responses(counters)
         yield from _sequences(counters)
         yield from _ensemble_steps(counters)
+        if self._caching:
+            yield from _cache_counters(counters)
 
 
 def _untyped_counter(
@@ -199,6 +205,37 @@ def _sequences(counters: list[ModelCounters]) -> Iterator[Metric]:
     yield active
     yield backlog
     yield idle
+
+
+def _cache_counters(counters: list[ModelCounters]) -> Iterator[Metric]:
+    """Triton's response cache families, per model version: hits and misses, and the time
+    spent answering hits and looking up and inserting misses, in microseconds (0 for a model
+    whose config does not enable response_cache)."""
+    yield _untyped_counter(
+        counters,
+        "nv_cache_num_hits_per_model",
+        "Number of response cache hits per model",
+        lambda c: c.statistics.cache_hit.count,
+    )
+    yield _untyped_counter(
+        counters,
+        "nv_cache_num_misses_per_model",
+        "Number of response cache misses per model",
+        lambda c: c.statistics.cache_miss.count,
+    )
+    yield _untyped_counter(
+        counters,
+        "nv_cache_hit_duration_per_model",
+        "Total time answering requests from the response cache per model, in microseconds",
+        lambda c: c.statistics.cache_hit.ns // 1000,
+    )
+    yield _untyped_counter(
+        counters,
+        "nv_cache_miss_duration_per_model",
+        "Total time of response cache lookups that missed and of their answers' inserts per "
+        "model, in microseconds",
+        lambda c: c.statistics.cache_miss.ns // 1000,
+    )
 
 
 def _ensemble_steps(counters: list[ModelCounters]) -> Iterator[Metric]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from inferd.errors import ErrorCode
+from inferd.observability.cache_metrics import ResponseCacheCollector
 from inferd.observability.core_metrics import CoreStatisticsCollector
 from inferd.observability.failure_counts import FAILURE_REASONS, FailureCounts
 from inferd.observability.host_metrics import GpuCollector, HostCollector
@@ -24,7 +25,7 @@ from inferd.observability.metrics_http import MetricsEndpoint
 from inferd.observability.model_counters import ModelCounters
 
 if TYPE_CHECKING:
-    from inferd.core import SequenceStateMemory
+    from inferd.core import ResponseCache, SequenceStateMemory
 
 
 class InferenceMetrics:
@@ -40,9 +41,11 @@ class InferenceMetrics:
         loaded: Callable[[], Iterable[tuple[str, str]]] | None = None,
         proc: Path = Path("/proc"),
         state_memory: SequenceStateMemory | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(CoreStatisticsCollector(snapshot))
+        caching = response_cache is not None
+        self.registry.register(CoreStatisticsCollector(snapshot, caching=caching))
         self.registry.register(HostCollector(proc))
         gpu_collector = GpuCollector.create() if gpu else None
         if gpu_collector is not None:
@@ -57,6 +60,8 @@ class InferenceMetrics:
         )
         if state_memory is not None:
             self._state_memory(state_memory)
+        if response_cache is not None:
+            self.registry.register(ResponseCacheCollector(response_cache))
         self._endpoint = MetricsEndpoint(self.registry)
 
     def _state_memory(self, memory: SequenceStateMemory) -> None:

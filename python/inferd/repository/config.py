@@ -155,6 +155,7 @@ def load_model_config(
             'python models (backend: "python") and iterative sequences '
             "(sequence_batching.iterative_sequence: true, a response per step) only"
         )
+    _check_response_cache(config)
     if config.backend == PYTHON_BACKEND and defines_auto_complete(model_path):
         config = auto_complete(config, model_path)
         if config.name != name:
@@ -176,6 +177,26 @@ def load_model_config(
         )
     readiness_required(config)  # a value other than required or optional fails the load
     return config
+
+
+def _check_response_cache(config: ModelConfig) -> None:
+    """Refuses ``response_cache`` where one request's answer is not a function of the request
+    alone: a decoupled model's answer is a stream, a stateful model's depends on its sequence
+    (Triton does not cache either)."""
+    if not config.response_cache.enable:
+        return
+    if config.model_transaction_policy.decoupled:
+        raise ModelLoadError(
+            f"model {config.name!r}: response_cache {{ enable: true }} cannot be used with "
+            "model_transaction_policy { decoupled: true }: a decoupled model's answer is a "
+            "stream of responses, never one response to keep"
+        )
+    if config.HasField("sequence_batching"):
+        raise ModelLoadError(
+            f"model {config.name!r}: response_cache {{ enable: true }} cannot be used with "
+            "sequence_batching: a stateful model's answer depends on its sequence, not on the "
+            "request alone"
+        )
 
 
 def readiness_required(config: ModelConfig) -> bool:

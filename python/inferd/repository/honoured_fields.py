@@ -21,6 +21,7 @@ _SUPPORTED_TREES = frozenset(
         "output.reshape",
         "optimization.execution_accelerators",
         "model_transaction_policy",  # decoupled: python models only (config.py says so)
+        "response_cache",  # not for decoupled or stateful models (config.py says so)
     }
 )
 _SUPPORTED_FIELDS = frozenset(

@@ -72,6 +72,8 @@ def encode_model_statistics(
         _duration(infer.compute_input, stats.compute_input)
         _duration(infer.compute_infer, stats.compute_infer)
         _duration(infer.compute_output, stats.compute_output)
+        _duration(infer.cache_hit, stats.cache_hit)
+        _duration(infer.cache_miss, stats.cache_miss)
         for size, batch in sorted(stats.batches.items()):
             entry = out.batch_stats.add(batch_size=size)
             _duration(entry.compute_input, batch.compute_input)
