@@ -17,6 +17,7 @@ void register_python_worker(py::module_& m);
 void register_wire(py::module_& m);
 void register_grpc_server(py::module_& m);
 void register_logging(py::module_& m);
+void register_load_generator(py::module_& m);
 #ifdef INFERD_HAS_HTTP
 void register_http_server(py::module_& m);
 #endif
@@ -36,6 +37,7 @@ PYBIND11_MODULE(_core, m) {
   inferd::python::register_ensemble(m);
   inferd::python::register_shared_memory(m);
   inferd::python::register_grpc_server(m);
+  inferd::python::register_load_generator(m);
 #ifdef INFERD_HAS_HTTP
   inferd::python::register_http_server(m);
 #endif
