@@ -143,3 +143,8 @@ _.reference_tokens
 # python_backend/pb_utils.py: InferenceRequest._release_flags, read by the C++ worker loop
 # (cpp/worker/worker_loop.cpp, through pybind11) for a request the model rescheduled.
 _._release_flags
+
+# tune/measure.py: the C++ load generator's options (inferd._core.LoadOptions), read by
+# LoadGenerator::run through pybind11.
+_.warmup_s
+_.measure_s

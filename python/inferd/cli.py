@@ -31,6 +31,7 @@ from inferd.observability.open_files import raise_open_file_limit
 from inferd.settings import SECTIONS, ServerSettings, section_fields, setting_fields
 from inferd.triton_flags import BY_NAME as TRITON_FLAGS
 from inferd.triton_flags import TritonFlagError, translate
+from inferd.tune.command import add_tune_command, run_tune
 
 log = structlog.get_logger(__name__)
 
@@ -439,7 +440,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     _add_health_flags(health)
     examples = commands.add_parser("make-examples", help="Write the example model repository.")
     examples.add_argument("dir", type=Path, help="Folder to write the repository into.")
-    return parser, {"serve": serve, "health": health, "make-examples": examples}
+    tune = add_tune_command(commands)
+    return parser, {"serve": serve, "health": health, "make-examples": examples, "tune": tune}
 
 
 def _unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
@@ -486,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         names = make_examples(args.dir)
         print(f"wrote {', '.join(names)} to {args.dir}")
         return 0
+
+    if args.command == "tune":
+        return run_tune(args)
 
     try:
         if args.command == "health":

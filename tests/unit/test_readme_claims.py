@@ -181,6 +181,7 @@ def test_every_flag_the_docs_mention_is_an_option_of_what_they_run() -> None:
         serve_flags()
         | set(TRITON_FLAGS)
         | command_flags("health")
+        | command_flags("tune")
         | command_flags()
         | perf_analyzer_flags()
         | OTHER_TOOLS_FLAGS

@@ -1,0 +1,230 @@
+"""The search: the stated config measured first, then one kind of change at a time in the seed's
+order of risk (batching, batch sizes, instances, ONNX Runtime threads, precision), each stage's best
+option kept only if it beats the config so far by ``MIN_GAIN``: a quick search over the full grid's
+axes, within the time budget (the stages left when it runs out are named, not run)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd._proto.model_config_pb2 import ModelConfig
+from inferd.tune.candidates import Candidate
+from inferd.tune.measure import LoadPoint, Measurement, PointResult
+from inferd.tune.variants import Variant
+
+# A change is kept when it beats the config so far by this much: smaller differences are the
+# machine's noise, and the less risky config (the earlier one) wins them, so that two runs agree.
+MIN_GAIN = 0.05
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What ``best`` means: the most throughput with p99 within ``p99_ms``; or, with
+    ``min_throughput``, the lowest p99 that serves at least that; ``cost_per_hour``: the
+    machine's price, for cost per 1,000 predictions."""
+
+    p99_ms: float | None = None
+    min_throughput: float | None = None
+    cost_per_hour: float | None = None
+
+    def best_point(self, measurement: Measurement) -> PointResult | None:
+        clean = [p for p in measurement.points if p.errors == 0 and p.requests > 0]
+        if self.p99_ms is not None:
+            clean = [p for p in clean if p.p99_ms <= self.p99_ms]
+        if self.min_throughput is not None:
+            enough = [p for p in clean if p.throughput >= self.min_throughput]
+            return min(enough, key=lambda p: p.p99_ms, default=None)
+        return max(clean, key=lambda p: p.throughput, default=None)
+
+    def score(self, measurement: Measurement) -> float:
+        point = self.best_point(measurement)
+        if point is None:
+            return 0.0
+        return 1000.0 / point.p99_ms if self.min_throughput is not None else point.throughput
+
+    def cost_per_1000(self, point: PointResult | None) -> float | None:
+        if self.cost_per_hour is None or point is None or point.throughput <= 0:
+            return None
+        return self.cost_per_hour / 3600.0 / point.throughput * 1000.0
+
+    @property
+    def description(self) -> str:
+        parts = []
+        if self.p99_ms is not None:
+            parts.append(f"p99 <= {self.p99_ms:g} ms")
+        if self.min_throughput is not None:
+            parts.append(f"throughput >= {self.min_throughput:g}/s, lowest p99")
+        else:
+            parts.append("the most throughput")
+        return ", ".join(parts)
+
+
+@dataclass
+class Trial:
+    stage: str
+    candidate: Candidate
+    measurement: Measurement
+    score: float
+    kept: bool = False
+
+
+@dataclass
+class TuneResult:
+    objective: Objective
+    loads: list[LoadPoint]
+    trials: list[Trial] = field(default_factory=list)
+    refused_variants: list[Variant] = field(default_factory=list)
+    skipped_stages: list[str] = field(default_factory=list)
+    grid_size: int = 0
+    elapsed_s: float = 0.0
+    budget_s: float = 0.0
+
+    @property
+    def baseline(self) -> Trial:
+        return self.trials[0]
+
+    @property
+    def best(self) -> Trial:
+        kept = [t for t in self.trials if t.kept]
+        return kept[-1] if kept else self.trials[0]
+
+
+# Measures a candidate (with its precision's model file); the search's only contact with servers.
+Measure = Callable[[Candidate, int], Measurement]
+
+
+def stages(
+    base: Candidate, variants: list[Variant]
+) -> list[tuple[str, Callable[[Candidate], list[Candidate]]]]:
+    """The stages in order of risk: each turns the config so far into the options it tries."""
+    cores = len(os.sched_getaffinity(0))
+
+    def batching(c: Candidate) -> list[Candidate]:
+        if c.max_batch_size == 0:
+            return []
+        return [c.with_(queue_delay_us=d) for d in (0, 500, 2000) if d != c.queue_delay_us]
+
+    def batch_size(c: Candidate) -> list[Candidate]:
+        if c.max_batch_size == 0 or c.queue_delay_us is None:
+            return []
+        sizes = sorted(
+            {max(1, c.max_batch_size // 4), max(1, c.max_batch_size // 2), c.max_batch_size * 2}
+        )
+        return [
+            c.with_(max_batch_size=s, preferred_batch_sizes=())
+            for s in sizes
+            if s != c.max_batch_size
+        ]
+
+    def preferred(c: Candidate) -> list[Candidate]:
+        if c.queue_delay_us is None or c.max_batch_size < 2:
+            return []
+        options = [(c.max_batch_size // 2,), (c.max_batch_size,)]
+        return [c.with_(preferred_batch_sizes=p) for p in options if p != c.preferred_batch_sizes]
+
+    def instances(c: Candidate) -> list[Candidate]:
+        return [c.with_(instances=n) for n in range(1, min(cores, 4) + 1) if n != c.instances]
+
+    def threads(c: Candidate) -> list[Candidate]:
+        return [
+            c.with_(intra_op_threads=n)
+            for n in range(1, min(cores, 4) + 1)
+            if n != c.intra_op_threads
+        ]
+
+    def precision(c: Candidate) -> list[Candidate]:
+        return [c.with_(precision=v.precision) for v in variants if v.model_file is not None]
+
+    return [
+        ("dynamic batching", batching),
+        ("max batch size", batch_size),
+        ("preferred batch sizes", preferred),
+        ("instances", instances),
+        ("ONNX Runtime threads", threads),
+        ("precision", precision),
+    ]
+
+
+def grid_size(base: Candidate, variants: list[Variant]) -> int:
+    """The configs the full grid over the same axes holds: every delay (and none), 4 batch sizes,
+    3 preferred-size choices, each instance count and thread count (and the default), and each
+    precision kept."""
+    cores = min(len(os.sched_getaffinity(0)), 4)
+    precisions = 1 + sum(1 for v in variants if v.model_file is not None)
+    batching = 4 * 4 * 3 if base.max_batch_size > 0 else 1
+    return batching * cores * (cores + 1) * precisions
+
+
+def search(
+    base: Candidate,
+    objective: Objective,
+    loads: list[LoadPoint],
+    measure: Measure,
+    budget_s: float,
+    estimate_s: float,
+    variants: list[Variant],
+    progress: Callable[[str], None] = lambda _: None,
+) -> TuneResult:
+    """Measures ``base``, then each stage's options; ``estimate_s``: one measurement's expected
+    time, so that none starts that the budget cannot hold."""
+    started = time.monotonic()
+    result = TuneResult(objective, loads, budget_s=budget_s)
+    result.refused_variants = [v for v in variants if v.model_file is None]
+    plan = stages(base, variants)
+    result.grid_size = grid_size(base, variants)
+    counter = 0
+
+    def run(stage: str, candidate: Candidate) -> Trial:
+        nonlocal counter
+        counter += 1
+        progress(f"{stage}: {candidate.label}")
+        measurement = measure(candidate, counter)
+        trial = Trial(stage, candidate, measurement, objective.score(measurement))
+        result.trials.append(trial)
+        return trial
+
+    current = run("stated config", base)
+    current.kept = True
+    for stage, options in plan:
+        for candidate in options(current.candidate):
+            if time.monotonic() - started + estimate_s > budget_s:
+                if stage not in result.skipped_stages:
+                    result.skipped_stages.append(stage)
+                continue
+            run(stage, candidate)
+        tried = [t for t in result.trials if t.stage == stage]
+        winner = max(tried, key=lambda t: t.score, default=None)
+        if winner is not None and winner.score > current.score * (1 + MIN_GAIN):
+            winner.kept = True
+            current = winner
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def stated_model(model_dir: Path) -> tuple[str, Path]:
+    """A model folder's name and its newest version's model file."""
+    from inferd.repository import ModelRepository, model_filename, stated_config
+
+    repository = ModelRepository(model_dir.parent)
+    name = model_dir.name
+    versions = repository.versions(name)
+    if not versions:
+        raise FileNotFoundError(f"{model_dir}: no numeric version folder")
+    config_path = repository.config_path(name)
+    stated = stated_config(config_path, None, name=name)
+    return name, repository.model_file(name, versions[-1], model_filename(stated))
+
+
+def stated_and_completed(model_dir: Path, model_file: Path) -> tuple[ModelConfig, ModelConfig]:
+    from inferd.repository import ModelRepository, load_model_config, stated_config
+
+    repository = ModelRepository(model_dir.parent)
+    config_path = repository.config_path(model_dir.name)
+    stated = stated_config(config_path, None, name=model_dir.name)
+    stated.name = model_dir.name
+    completed = load_model_config(model_dir.name, config_path, model_file, default_max_batch_size=4)
+    return stated, completed

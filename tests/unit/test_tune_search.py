@@ -1,0 +1,111 @@
+"""inferd tune's search without servers: the stages in order of risk, a change kept only when it
+beats the config so far by MIN_GAIN, the budget, and the objective's scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferd._proto.model_config_pb2 import ModelConfig
+from inferd.tune.candidates import Candidate, stated_candidate
+from inferd.tune.measure import LoadPoint, Measurement, PointResult
+from inferd.tune.search import MIN_GAIN, Objective, search
+from inferd.tune.variants import Variant
+
+LOADS = [LoadPoint(1), LoadPoint(16)]
+
+
+def measured(throughput: float, p99_ms: float) -> Measurement:
+    return Measurement(
+        points=[
+            PointResult(LOADS[0], throughput / 4, p99_ms / 4, p99_ms / 4, p99_ms / 4, 100, 0),
+            PointResult(LOADS[1], throughput, p99_ms / 2, p99_ms, p99_ms, 400, 0),
+        ],
+        cold_start_s=1.0,
+    )
+
+
+def test_the_objective_takes_the_most_throughput_within_p99() -> None:
+    objective = Objective(p99_ms=5.0, cost_per_hour=3.6)
+    fast = measured(1000.0, 4.0)
+    assert objective.score(fast) == 1000.0
+    assert objective.score(measured(1000.0, 8.0)) == 250.0  # only c=1 (p99 2 ms) is within
+    assert objective.cost_per_1000(objective.best_point(fast)) == 0.001
+    failing = Measurement(points=[PointResult(LOADS[1], 900.0, 1.0, 1.0, 1.0, 90, 10, "boom")])
+    assert objective.score(failing) == 0.0  # a point with errors never counts
+
+
+def test_min_throughput_takes_the_lowest_p99_that_serves_it() -> None:
+    objective = Objective(min_throughput=500.0)
+    assert objective.best_point(measured(1000.0, 8.0)) is not None
+    assert objective.score(measured(400.0, 8.0)) == 0.0
+
+
+def test_stages_run_in_order_of_risk_and_keep_only_real_gains() -> None:
+    base = Candidate(max_batch_size=64)
+    tried: list[Candidate] = []
+
+    def measure(candidate: Candidate, _index: int) -> Measurement:
+        tried.append(candidate)
+        if candidate.queue_delay_us == 500 and candidate.max_batch_size == 64:
+            return measured(2000.0, 4.0)  # dynamic batching doubles throughput
+        if candidate.queue_delay_us == 500 and candidate.instances == 2:
+            return measured(2000.0 * (1 + MIN_GAIN / 2), 4.0)  # within noise: not kept
+        if candidate.queue_delay_us is not None:
+            return measured(1500.0, 4.0)
+        return measured(1000.0, 4.0)
+
+    result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
+    stages = [t.stage for t in result.trials]
+    assert stages[0] == "stated config"
+    order = ["dynamic batching", "max batch size", "instances", "ONNX Runtime threads"]
+    firsts = [stages.index(s) for s in order]
+    assert firsts == sorted(firsts)
+    assert result.best.candidate == base.with_(queue_delay_us=500)
+    assert [t.stage for t in result.trials if t.kept] == ["stated config", "dynamic batching"]
+    assert len(result.trials) < result.grid_size / 4  # the quick search, not the grid
+    assert not result.skipped_stages
+
+
+def test_the_budget_stops_the_search_and_names_what_it_left() -> None:
+    result = search(
+        Candidate(max_batch_size=8),
+        Objective(p99_ms=5.0),
+        LOADS,
+        lambda _c, _i: measured(1000.0, 4.0),
+        budget_s=10.0,
+        estimate_s=60.0,  # no measurement fits after the stated config's
+        variants=[],
+    )
+    assert len(result.trials) == 1
+    assert result.skipped_stages[0] == "dynamic batching"
+
+
+def test_a_refused_variant_is_reported_and_never_tried() -> None:
+    refused = Variant("int8", None, 0.5, "outputs differ from FP32's by 0.5 > 1e-09")
+    accepted = Variant("fp16", Path("model.onnx"), 0.001)
+    result = search(
+        Candidate(max_batch_size=0),
+        Objective(p99_ms=5.0),
+        LOADS,
+        lambda _c, _i: measured(1000.0, 4.0),
+        3600.0,
+        1.0,
+        [refused, accepted],
+    )
+    precisions = [t.candidate.precision for t in result.trials]
+    assert "int8" not in precisions and "fp16" in precisions
+    assert result.refused_variants == [refused]
+
+
+def test_the_stated_config_is_the_baseline_and_candidates_change_only_their_fields() -> None:
+    stated = ModelConfig(name="m", max_batch_size=16)
+    stated.dynamic_batching.max_queue_delay_microseconds = 100
+    stated.parameters["intra_op_thread_count"].string_value = "2"
+    stated.parameters["other"].string_value = "kept"
+    base = stated_candidate(stated, stated)
+    assert base == Candidate(16, 100, (), 1, 2)
+    config = base.with_(queue_delay_us=None, intra_op_threads=0, instances=3).config(stated)
+    assert not config.HasField("dynamic_batching")
+    assert "intra_op_thread_count" not in config.parameters
+    assert config.parameters["other"].string_value == "kept"
+    assert config.instance_group[0].count == 3
