@@ -19,7 +19,7 @@ namespace {
 std::shared_ptr<OnnxRuntimeExecutor> make_session(std::string model_path, std::vector<std::string> input_names,
                                                   std::vector<std::string> output_names,
                                                   const std::vector<int>& output_datatypes, int intra_op_threads,
-                                                  int inter_op_threads) {
+                                                  int inter_op_threads, int graph_optimization_level) {
   OnnxRuntimeExecutorOptions options;
   options.model_path = std::move(model_path);
   options.input_names = std::move(input_names);
@@ -30,6 +30,7 @@ std::shared_ptr<OnnxRuntimeExecutor> make_session(std::string model_path, std::v
   }
   options.intra_op_threads = intra_op_threads;
   options.inter_op_threads = inter_op_threads;
+  options.graph_optimization_level = graph_optimization_level;
   std::unique_ptr<OnnxRuntimeExecutor> executor;
   Status status;
   {
@@ -112,6 +113,7 @@ void register_onnxruntime(py::module_& m) {
   py::class_<OnnxRuntimeExecutor, std::shared_ptr<OnnxRuntimeExecutor>>(m, "OnnxRuntimeSession")
       .def(py::init(&make_session), py::arg("model_path"), py::arg("input_names"), py::arg("output_names"),
            py::arg("output_datatypes"), py::arg("intra_op_threads"), py::arg("inter_op_threads"),
+           py::arg("graph_optimization_level") = 99,
            "A model on ONNX Runtime's CPU provider, run by the core without the GIL when given to a "
            "Scheduler. Needs load_onnxruntime first; raises ValueError (RuntimeError when the library is "
            "not loaded) with the reason.")

@@ -171,7 +171,7 @@ Status OnnxRuntimeExecutor::Create(OnnxRuntimeExecutorOptions options, std::uniq
     // the core's workers need between batches.
     session_options.AddConfigEntry("session.intra_op.allow_spinning", "0");
     session_options.AddConfigEntry("session.inter_op.allow_spinning", "0");
-    session_options.SetGraphOptimizationLevel(ORT_ENABLE_ALL);  // what the Python API defaults to
+    session_options.SetGraphOptimizationLevel(static_cast<GraphOptimizationLevel>(opts.graph_optimization_level));
     BorrowedEnv env(library->env());
     session->session = Ort::Session(env.get(), opts.model_path.c_str(), session_options);
     session->cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);

@@ -291,6 +291,7 @@ class OnnxRuntimeSession:
         output_datatypes: list[int],
         intra_op_threads: int,
         inter_op_threads: int,
+        graph_optimization_level: int = 99,
     ) -> None: ...
     def execute(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]: ...
 

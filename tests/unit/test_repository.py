@@ -11,6 +11,7 @@ import pytest
 from inferd.core import BatcherOptions, QueuePolicy
 from inferd.errors import InvalidArgument, ModelLoadError, NotFound
 from inferd.examples import make_examples, write_identity_model
+from inferd.executors.onnxruntime import graph_optimization_level
 from inferd.repository import ModelRepository, batcher_options, load_model_config
 from inferd.repository.layout import check_model_name
 
@@ -310,7 +311,7 @@ SIMPLE_IO = (
     ("extra", "named"),
     [
         ('model_operations { op_library_filename: ["ops.so"] }', "model_operations"),
-        ("optimization { graph { level: 1 } }", "optimization.graph"),
+        ("optimization { cuda { graphs: true } }", "optimization.cuda"),
         ('model_repository_agents { agents [{ name: "checksum" }] }', "model_repository_agents"),
         (
             'instance_group [{ count: 1 kind: KIND_CPU host_policy: "numa0" }]',
@@ -369,3 +370,16 @@ def test_a_decoupled_model_that_is_not_a_python_model_fails_the_load(repo: Path)
 def test_empty_or_default_sections_are_accepted(repo: Path, extra: str) -> None:
     config = config_of(repo, "simple", extra)
     assert config.name == "simple"
+
+
+@pytest.mark.parametrize(("level", "ort"), [(0, 99), (-1, 1), (1, 2), (2, 0)])
+def test_the_graph_optimization_level_is_triton_s_onnx_runtime_backend_s(
+    repo: Path, level: int, ort: int
+) -> None:
+    config = config_of(repo, "simple", f"optimization {{ graph {{ level: {level} }} }}")
+    assert graph_optimization_level(config.optimization.graph.level) == ort
+
+
+def test_an_unknown_graph_optimization_level_fails_naming_the_ones_there_are() -> None:
+    with pytest.raises(ModelLoadError, match=r"level 3: ONNX Runtime models take -1 \(basic\)"):
+        graph_optimization_level(3)

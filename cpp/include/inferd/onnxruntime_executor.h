@@ -24,6 +24,8 @@ struct OnnxRuntimeExecutorOptions {
   std::vector<DataType> output_types;     // the config's output datatypes, in output order
   int intra_op_threads = 0;               // ORT's intra-op pool; 0 = one thread per core
   int inter_op_threads = 0;               // ORT's inter-op pool; 0 = its default
+  // ORT's GraphOptimizationLevel: 0 none, 1 basic, 2 extended, 99 all (ORT's default).
+  int graph_optimization_level = 99;
 };
 
 // Runs an ONNX model with ONNX Runtime's CPU provider through its C API, in the calling thread

@@ -36,6 +36,9 @@ class OnnxRuntimeOptions:
 
     intra_op_thread_count: int
     inter_op_thread_count: int
+    # ORT's GraphOptimizationLevel (0 none, 1 basic, 2 extended, 99 all), from the config's
+    # optimization { graph { level } } in Triton's terms (graph_optimization_level()).
+    graph_optimization_level: int = 99
 
     @classmethod
     def from_parameters(
@@ -56,6 +59,21 @@ class OnnxRuntimeOptions:
             count("intra_op_thread_count", default.intra_op_thread_count),
             count("inter_op_thread_count", default.inter_op_thread_count),
         )
+
+
+# Triton's ONNX Runtime backend's optimization.graph.level -> ORT's GraphOptimizationLevel: 0 (not
+# set) all, -1 basic, 1 basic and extended, 2 none.
+_TRITON_GRAPH_LEVELS = {0: 99, -1: 1, 1: 2, 2: 0}
+
+
+def graph_optimization_level(level: int) -> int:
+    """ORT's GraphOptimizationLevel for a config's ``optimization { graph { level } }``."""
+    if level not in _TRITON_GRAPH_LEVELS:
+        raise ModelLoadError(
+            f"optimization.graph.level {level}: ONNX Runtime models take -1 (basic), 1 (basic and "
+            "extended), 2 (none) or 0 (all, the default)"
+        )
+    return _TRITON_GRAPH_LEVELS[level]
 
 
 def default_intra_op_threads() -> int:
@@ -150,6 +168,9 @@ class OnnxRuntimeExecutor:
         session_options = ort.SessionOptions()
         session_options.intra_op_num_threads = options.intra_op_thread_count
         session_options.inter_op_num_threads = options.inter_op_thread_count
+        session_options.graph_optimization_level = ort.GraphOptimizationLevel(
+            options.graph_optimization_level
+        )
         # ORT's pool threads spin after each run by default, taking the cores the gRPC front end
         # and the core's workers need between batches.
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")

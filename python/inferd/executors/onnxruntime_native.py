@@ -89,6 +89,7 @@ class NativeOnnxRuntimeExecutor:
                 output_datatypes,
                 options.intra_op_thread_count,
                 options.inter_op_thread_count,
+                options.graph_optimization_level,
             )
         except (RuntimeError, ValueError) as e:  # "<model_path>: <the reason>"
             reason = str(e).removeprefix(f"{model_path}: ")

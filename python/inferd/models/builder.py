@@ -4,6 +4,7 @@ scheduler. Nothing here is installed or served: that is ``inferd.models.registry
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -30,6 +31,7 @@ from inferd.core import (
 from inferd.datatypes import BY_CONFIG_TYPE
 from inferd.errors import Cancelled, InferdError, ModelLoadError
 from inferd.executors import OnnxRuntimeOptions
+from inferd.executors.onnxruntime import graph_optimization_level
 from inferd.executors.selection import create_executors
 from inferd.models.loaded import LoadedModel, TensorSpec
 from inferd.models.warmup import WarmupLimits, warm_up, warmup_samples
@@ -224,7 +226,10 @@ class ModelVersionBuilder:
         batching = batcher_options(config)
         sequence = sequence_options(config, model_file.parent.parent, self.state_memory)
         parameters = {k: v.string_value for k, v in config.parameters.items()}
-        options = OnnxRuntimeOptions.from_parameters(parameters, self._ort_options)
+        options = dataclasses.replace(
+            OnnxRuntimeOptions.from_parameters(parameters, self._ort_options),
+            graph_optimization_level=graph_optimization_level(config.optimization.graph.level),
+        )
         inputs, outputs = _specs(config.input), _specs(config.output)
         placements = instance_placements(
             config,

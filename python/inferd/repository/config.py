@@ -156,6 +156,13 @@ def load_model_config(
             "(sequence_batching.iterative_sequence: true, a response per step) only"
         )
     _check_response_cache(config)
+    if config.optimization.graph.level and (
+        config.platform == TENSORRT_PLATFORM or config.backend in (PYTHON_BACKEND, TENSORRT_BACKEND)
+    ):
+        raise ModelLoadError(
+            f"model {name!r}: optimization.graph.level is ONNX Runtime's graph optimization "
+            "level; this model does not run on ONNX Runtime"
+        )
     if config.backend == PYTHON_BACKEND and defines_auto_complete(model_path):
         config = auto_complete(config, model_path)
         if config.name != name:

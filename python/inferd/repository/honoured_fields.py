@@ -20,6 +20,7 @@ _SUPPORTED_TREES = frozenset(
         "input.reshape",
         "output.reshape",
         "optimization.execution_accelerators",
+        "optimization.graph",  # ONNX Runtime's graph optimization level (config.py)
         "model_transaction_policy",  # decoupled: python models only (config.py says so)
         "response_cache",  # not for decoupled or stateful models (config.py says so)
     }
