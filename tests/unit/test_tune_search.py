@@ -57,7 +57,13 @@ def test_stages_run_in_order_of_risk_and_keep_only_real_gains() -> None:
     result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
     stages = [t.stage for t in result.trials]
     assert stages[0] == "stated config"
-    order = ["dynamic batching", "max batch size", "instances", "ONNX Runtime threads"]
+    order = [
+        "dynamic batching",
+        "max batch size",
+        "instances",
+        "ONNX Runtime threads",
+        "graph optimization level",
+    ]
     firsts = [stages.index(s) for s in order]
     assert firsts == sorted(firsts)
     assert result.best.candidate == base.with_(queue_delay_us=500)
@@ -109,3 +115,5 @@ def test_the_stated_config_is_the_baseline_and_candidates_change_only_their_fiel
     assert "intra_op_thread_count" not in config.parameters
     assert config.parameters["other"].string_value == "kept"
     assert config.instance_group[0].count == 3
+    assert not config.HasField("optimization")
+    assert base.with_(graph_level=-1).config(stated).optimization.graph.level == -1

@@ -21,6 +21,7 @@ class Candidate:
     preferred_batch_sizes: tuple[int, ...] = ()
     instances: int = 1
     intra_op_threads: int = 0
+    graph_level: int = 0  # Triton's optimization.graph.level: 0 all, -1 basic, 1 extended
     precision: str = "fp32"
 
     def with_(self, **changes: object) -> Candidate:
@@ -35,9 +36,10 @@ class Candidate:
             + (f" pref {list(self.preferred_batch_sizes)}" if self.preferred_batch_sizes else "")
         )
         threads = f"{self.intra_op_threads} threads" if self.intra_op_threads else "default threads"
+        graph = {0: "", -1: ", graph basic", 1: ", graph extended", 2: ", graph none"}
         return (
-            f"mbs {self.max_batch_size}, {batching}, {self.instances} inst, {threads}, "
-            f"{self.precision}"
+            f"mbs {self.max_batch_size}, {batching}, {self.instances} inst, {threads}"
+            f"{graph.get(self.graph_level, '')}, {self.precision}"
         )
 
     def config(self, stated: ModelConfig) -> ModelConfig:
@@ -58,6 +60,11 @@ class Candidate:
             config.parameters[INTRA_OP].string_value = str(self.intra_op_threads)
         elif INTRA_OP in config.parameters:
             del config.parameters[INTRA_OP]
+        config.optimization.graph.level = self.graph_level
+        if not config.optimization.graph.ListFields():
+            config.optimization.ClearField("graph")
+        if not config.optimization.ListFields():
+            config.ClearField("optimization")
         return config
 
 
@@ -75,4 +82,5 @@ def stated_candidate(stated: ModelConfig, completed: ModelConfig) -> Candidate:
         preferred_batch_sizes=tuple(stated.dynamic_batching.preferred_batch_size),
         instances=instances,
         intra_op_threads=int(threads) if threads.isdigit() else 0,
+        graph_level=stated.optimization.graph.level,
     )

@@ -1,7 +1,8 @@
 """The search: the stated config measured first, then one kind of change at a time in the seed's
-order of risk (batching, batch sizes, instances, ONNX Runtime threads, precision), each stage's best
-option kept only if it beats the config so far by ``MIN_GAIN``: a quick search over the full grid's
-axes, within the time budget (the stages left when it runs out are named, not run)."""
+order of risk (batching, batch sizes, instances, ONNX Runtime threads and graph optimization
+level, precision), each stage's best option kept only if it beats the config so far by
+``MIN_GAIN``: a quick search over the full grid's axes, within the time budget (the stages left
+when it runs out are named, not run)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,9 @@ def stages(
             if n != c.intra_op_threads
         ]
 
+    def graph(c: Candidate) -> list[Candidate]:
+        return [c.with_(graph_level=level) for level in (0, -1, 1) if level != c.graph_level]
+
     def precision(c: Candidate) -> list[Candidate]:
         return [c.with_(precision=v.precision) for v in variants if v.model_file is not None]
 
@@ -145,18 +149,19 @@ def stages(
         ("preferred batch sizes", preferred),
         ("instances", instances),
         ("ONNX Runtime threads", threads),
+        ("graph optimization level", graph),
         ("precision", precision),
     ]
 
 
 def grid_size(base: Candidate, variants: list[Variant]) -> int:
     """The configs the full grid over the same axes holds: every delay (and none), 4 batch sizes,
-    3 preferred-size choices, each instance count and thread count (and the default), and each
-    precision kept."""
+    3 preferred-size choices, each instance count and thread count (and the default), 3 graph
+    optimization levels, and each precision kept."""
     cores = min(len(os.sched_getaffinity(0)), 4)
     precisions = 1 + sum(1 for v in variants if v.model_file is not None)
     batching = 4 * 4 * 3 if base.max_batch_size > 0 else 1
-    return batching * cores * (cores + 1) * precisions
+    return batching * cores * (cores + 1) * 3 * precisions
 
 
 def search(
