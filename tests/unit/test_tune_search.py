@@ -67,7 +67,10 @@ def test_stages_run_in_order_of_risk_and_keep_only_real_gains() -> None:
     firsts = [stages.index(s) for s in order]
     assert firsts == sorted(firsts)
     assert result.best.candidate == base.with_(queue_delay_us=500)
-    assert [t.stage for t in result.trials if t.kept] == ["stated config", "dynamic batching"]
+    kept = [t.stage for t in result.trials if t.kept]
+    assert kept == ["stated config", "dynamic batching", "confirmation"]
+    assert result.trials[-2].candidate == base and result.trials[-1] is result.best
+    assert result.confirmed == (1000.0, 2000.0)
     assert len(result.trials) < result.grid_size / 4  # the quick search, not the grid
     assert not result.skipped_stages
 
@@ -117,3 +120,21 @@ def test_the_stated_config_is_the_baseline_and_candidates_change_only_their_fiel
     assert config.instance_group[0].count == 3
     assert not config.HasField("optimization")
     assert base.with_(graph_level=-1).config(stated).optimization.graph.level == -1
+
+
+def test_a_winner_the_confirmation_does_not_bear_out_gives_way_to_the_stated_config() -> None:
+    base = Candidate(max_batch_size=0)
+    measured_again: list[Candidate] = []
+
+    def measure(candidate: Candidate, _index: int) -> Measurement:
+        if candidate.instances == 2:
+            lucky = candidate not in measured_again
+            measured_again.append(candidate)
+            return measured(1500.0 if lucky else 500.0, 4.0)  # lucky once, not twice
+        return measured(1000.0, 4.0)
+
+    result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
+    assert result.best.candidate == base
+    assert result.best.stage == "confirmation"
+    assert result.confirmed == (1000.0, 1000.0)
+    assert [t.stage for t in result.trials if t.kept] == ["confirmation"]

@@ -12,7 +12,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from inferd._proto.model_config_pb2 import ModelConfig
-from inferd.tune.search import Trial, TuneResult
+from inferd.tune.search import MIN_GAIN, Trial, TuneResult
 
 HEADER = (
     "| # | stage | config | kept | load | infer/s | p50 ms | p95 ms | p99 ms | server CPU µs/infer "
@@ -69,6 +69,17 @@ def summary(result: TuneResult, command: str) -> str:
         f"Best: {best.candidate.label} (score {best.score:,.1f} against the stated config's "
         f"{base.score:,.1f}: {gain:.2f}x).",
     ]
+    if result.confirmed is not None:
+        stated, winner = result.confirmed
+        lines.append(
+            f"Confirmation: the stated config and the stages' winner measured again; mean scores "
+            f"{stated:,.1f} and {winner:,.1f}"
+            + (
+                ": the winner is kept."
+                if best.candidate != base.candidate
+                else f": not {1 + MIN_GAIN:.2f}x the stated one, which is kept."
+            )
+        )
     if result.skipped_stages:
         lines.append("Not tried, the budget ran out: " + ", ".join(result.skipped_stages) + ".")
     for variant in result.refused_variants:
