@@ -117,6 +117,10 @@ def test_the_stated_config_is_the_baseline_and_candidates_change_only_their_fiel
     assert not config.HasField("dynamic_batching")
     assert "intra_op_thread_count" not in config.parameters
     assert config.parameters["other"].string_value == "kept"
+    # A batching model that names no scheduler is served with dynamic_batching { }: so it starts.
+    completed = ModelConfig(name="m", max_batch_size=16)
+    completed.dynamic_batching.SetInParent()
+    assert stated_candidate(ModelConfig(name="m"), completed).queue_delay_us == 0
     assert config.instance_group[0].count == 3
     assert not config.HasField("optimization")
     assert base.with_(graph_level=-1).config(stated).optimization.graph.level == -1

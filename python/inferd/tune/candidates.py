@@ -70,16 +70,17 @@ class Candidate:
 
 def stated_candidate(stated: ModelConfig, completed: ModelConfig) -> Candidate:
     """The config as the user wrote it, as a Candidate: the baseline every change is measured
-    against (``completed``: the server's completed config, for max_batch_size)."""
+    against. Its batching is the completed config's: a batching model that names no scheduler is
+    served with ``dynamic_batching { }`` (as Triton's ONNX Runtime backend completes it)."""
     delay: int | None = None
-    if stated.HasField("dynamic_batching"):
-        delay = stated.dynamic_batching.max_queue_delay_microseconds
+    if completed.HasField("dynamic_batching"):
+        delay = completed.dynamic_batching.max_queue_delay_microseconds
     instances = sum(g.count or 1 for g in stated.instance_group) or 1
     threads = stated.parameters[INTRA_OP].string_value if INTRA_OP in stated.parameters else ""
     return Candidate(
         max_batch_size=completed.max_batch_size,
         queue_delay_us=delay,
-        preferred_batch_sizes=tuple(stated.dynamic_batching.preferred_batch_size),
+        preferred_batch_sizes=tuple(completed.dynamic_batching.preferred_batch_size),
         instances=instances,
         intra_op_threads=int(threads) if threads.isdigit() else 0,
         graph_level=stated.optimization.graph.level,
