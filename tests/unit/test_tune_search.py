@@ -142,3 +142,19 @@ def test_a_winner_the_confirmation_does_not_bear_out_gives_way_to_the_stated_con
     assert result.best.stage == "confirmation"
     assert result.confirmed == (1000.0, 1000.0)
     assert [t.stage for t in result.trials if t.kept] == ["confirmation"]
+
+
+def test_the_winner_must_beat_the_noise_the_stated_config_shows() -> None:
+    base = Candidate(max_batch_size=0)
+    stated_scores = iter([1000.0, 1300.0])  # the stated config twice: 26 % apart
+
+    def measure(candidate: Candidate, _index: int) -> Measurement:
+        if candidate == base:
+            return measured(next(stated_scores), 4.0)
+        return measured(1300.0 if candidate.instances == 2 else 900.0, 4.0)
+
+    result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
+    # 1300 against a mean of 1150 is 1.13x: more than 5 %, less than the stated config's spread.
+    assert result.confirmed == (1150.0, 1300.0)
+    assert abs(result.required_gain - 300.0 / 1150.0) < 1e-9
+    assert result.best.candidate == base

@@ -77,7 +77,9 @@ def summary(result: TuneResult, command: str) -> str:
             + (
                 ": the winner is kept."
                 if best.candidate != base.candidate
-                else f": not {1 + MIN_GAIN:.2f}x the stated one, which is kept."
+                else f": not {1 + result.required_gain:.2f}x the stated one (the larger of "
+                f"{MIN_GAIN:.0%} and the spread of the stated config's own two scores), which is "
+                "kept."
             )
         )
     if result.skipped_stages:

@@ -83,6 +83,7 @@ class TuneResult:
     grid_size: int = 0
     # The stated config's and the winner's mean scores over both their measurements (confirm()).
     confirmed: tuple[float, float] | None = None
+    required_gain: float = MIN_GAIN  # what the winner had to beat the stated config by
     elapsed_s: float = 0.0
     budget_s: float = 0.0
 
@@ -228,9 +229,11 @@ def confirm(
     estimate_s: float,
 ) -> None:
     """Measures the stated config and the winner once more, in that order, when the budget holds
-    both: the winner stays the best only if its two scores' mean still beats the stated config's
-    by MIN_GAIN. One measurement on a busy machine can be lucky; a stage's best is the luckiest of
-    its options, so it is the one most likely to have been (two runs of tune then agree)."""
+    both: the winner stays the best only if its two scores' mean beats the stated config's by
+    MIN_GAIN, or by how far the stated config's own two scores lie apart if that is more (the
+    machine's noise, measured). One measurement on a busy machine can be lucky; a stage's best is
+    the luckiest of its options, so it is the one most likely to have been (two runs of tune then
+    agree)."""
     if best.candidate == base:
         return
     if time.monotonic() - started + 2 * estimate_s > result.budget_s:
@@ -239,9 +242,12 @@ def confirm(
     stated_again = run("confirmation", base)
     best_again = run("confirmation", best.candidate)
     # The two confirmation trials are scored by the means: the table and the summary show those.
-    stated_again.score = (result.trials[0].score + stated_again.score) / 2
+    first, second = result.trials[0].score, stated_again.score
+    stated_again.score = (first + second) / 2
     best_again.score = (best.score + best_again.score) / 2
-    if best_again.score > stated_again.score * (1 + MIN_GAIN):
+    noise = abs(first - second) / stated_again.score if stated_again.score else 0.0
+    result.required_gain = max(MIN_GAIN, noise)
+    if best_again.score > stated_again.score * (1 + result.required_gain):
         best_again.kept = True
     else:
         for trial in result.trials:
