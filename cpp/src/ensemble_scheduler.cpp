@@ -223,14 +223,7 @@ Status EnsembleScheduler::Shared::answer_from_cache(std::unique_ptr<InferenceReq
     if (closed) return Status::Error(StatusCode::kUnavailable, "ensemble '" + plan.name + "' is shutting down");
     ++requests;
   }
-  cache.record_hit(start);
-  Completion completion;
-  completion.token = request->token;
-  completion.outputs = std::move(outputs);
-  completion.timing.enqueued = start;
-  completion.timing.compute_end = Clock::now();
-  completion.request = std::move(request);
-  deliver(std::move(completion));
+  deliver(cache.answer(std::move(request), std::move(outputs), start));
   return Status::Ok();
 }
 

@@ -172,8 +172,16 @@ std::optional<std::vector<Tensor>> VersionCache::lookup(InferenceRequest* reques
   return std::nullopt;
 }
 
-void VersionCache::record_hit(Clock::time_point start) {
-  statistics_->record_cache_hit(ns_between(start, Clock::now()));
+Completion VersionCache::answer(std::unique_ptr<InferenceRequest> request, std::vector<Tensor>&& outputs,
+                                Clock::time_point start) {
+  Completion completion;
+  completion.token = request->token;
+  completion.outputs = std::move(outputs);
+  completion.timing.enqueued = start;
+  completion.timing.compute_end = Clock::now();
+  completion.request = std::move(request);
+  statistics_->record_cache_hit(ns_between(start, completion.timing.compute_end));
+  return completion;
 }
 
 void VersionCache::remember(const Completion& completion) {

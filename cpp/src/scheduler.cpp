@@ -108,16 +108,9 @@ Status Scheduler::answer_from_cache(std::unique_ptr<InferenceRequest>&& request,
   if (!place) {
     return Status::Error(StatusCode::kUnavailable, "model '" + options_.model_name + "': the model is shutting down");
   }
-  cache_.record_hit(start);
   request->enqueue_time = start;
   request->sequence = *place;
-  Completion completion;
-  completion.token = request->token;
-  completion.outputs = std::move(outputs);
-  completion.timing.enqueued = start;
-  completion.timing.compute_end = Clock::now();
-  completion.request = std::move(request);
-  complete(std::move(completion), *place);
+  complete(cache_.answer(std::move(request), std::move(outputs), start), *place);
   return Status::Ok();
 }
 

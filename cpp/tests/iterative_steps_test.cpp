@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "collect_completions.h"
 #include "inferd/model_signature.h"
 #include "inferd/scheduler.h"
 #include "int_tensors.h"
@@ -281,16 +282,6 @@ class ReschedulingExecutor : public Executor {
   std::map<uint64_t, int32_t> counts;  // the worker thread's only
   std::atomic<int> batches{0};
 };
-
-std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
-  std::map<uint64_t, Completion> done;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (done.size() < n && std::chrono::steady_clock::now() < deadline) {
-    for (auto& c : queue.drain()) done.emplace(c.token, std::move(c));
-    std::this_thread::sleep_for(1ms);
-  }
-  return done;
-}
 
 // A ReschedulingExecutor's scheduler: iterative (oldest, 8 candidates) or not.
 std::unique_ptr<Scheduler> rescheduling(bool iterative, std::shared_ptr<CompletionQueue> queue,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collect_completions.h"
 #include "inferd/scheduler.h"
 
 namespace inferd {
@@ -167,20 +168,6 @@ class CountingExecutor : public Executor {
  private:
   std::atomic<int>* runs_;
 };
-
-std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n, std::vector<uint64_t>* order = nullptr) {
-  std::map<uint64_t, Completion> done;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (done.size() < n && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{queue.fd(), POLLIN, 0};
-    ::poll(&p, 1, 100);
-    for (auto& c : queue.drain()) {
-      if (order != nullptr) order->push_back(c.token);
-      EXPECT_TRUE(done.emplace(c.token, std::move(c)).second) << "token answered twice";
-    }
-  }
-  return done;
-}
 
 struct CachedScheduler {
   explicit CachedScheduler(std::shared_ptr<ResponseCache> cache, bool preserve_ordering = false) {

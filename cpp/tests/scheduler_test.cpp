@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "collect_completions.h"
 #include "inferd/model_signature.h"
 
 namespace inferd {
@@ -53,20 +54,6 @@ RequestResult int_result(int32_t value) {
   RequestResult result;
   result.outputs.push_back(Tensor{DataType::kInt32, {1, 1}, reinterpret_cast<const std::byte*>(data.get()), 4, data});
   return result;
-}
-
-// Collects completions until `n` have arrived (or a 10 s guard passes).
-std::map<uint64_t, Completion> collect(CompletionQueue& queue, size_t n) {
-  std::map<uint64_t, Completion> done;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (done.size() < n && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{queue.fd(), POLLIN, 0};
-    ::poll(&p, 1, 100);
-    for (auto& c : queue.drain()) {
-      EXPECT_TRUE(done.emplace(c.token, std::move(c)).second) << "token answered twice";
-    }
-  }
-  return done;
 }
 
 SchedulerOptions options(const std::string& name, int64_t max_batch_size, bool dynamic = false) {

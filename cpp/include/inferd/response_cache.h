@@ -129,9 +129,10 @@ class VersionCache {
 
   bool enabled() const { return cache_ != nullptr; }
   // The cached answer of `request`, whose lookup began at `start`. On a miss the miss is recorded
-  // and the key stays on the request for remember(); a hit is recorded by record_hit once answered.
+  // and the key stays on the request for remember(); a hit is recorded by answer().
   std::optional<std::vector<Tensor>> lookup(InferenceRequest* request, Clock::time_point start);
-  void record_hit(Clock::time_point start);
+  // The completion of a request that hit, with the cached `outputs`; records the hit.
+  Completion answer(std::unique_ptr<InferenceRequest> request, std::vector<Tensor>&& outputs, Clock::time_point start);
   // Keeps a successful answer of a request that missed; a no-op for any other.
   void remember(const Completion& completion);
 
