@@ -144,7 +144,7 @@ _.reference_tokens
 # (cpp/worker/worker_loop.cpp, through pybind11) for a request the model rescheduled.
 _._release_flags
 
-# tune/measure.py: the C++ load generator's options (inferd._core.LoadOptions), read by
+# core/load_generator.py: the C++ load generator's options (inferd._core.LoadOptions), read by
 # LoadGenerator::run through pybind11.
 _.warmup_s
 _.measure_s

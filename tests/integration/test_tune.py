@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferd import _core
 from inferd._proto.grpc_service_pb2 import ModelInferRequest
+from inferd.core.load_generator import LoadResult, generate_load
 from inferd.examples import MLP_SIZES, make_examples
 from inferd.repository import load_model_config
 from inferd.tune.variants import checked_variant
@@ -97,19 +97,16 @@ def _requests(model: str) -> list[bytes]:
 
 @pytest.mark.parametrize("rate", [0.0, 200.0])
 def test_the_load_generator_counts_answers_and_errors(server: ServerProcess, rate: float) -> None:
-    options = _core.LoadOptions()
-    options.target = server.url
-    options.requests = _requests("simple")
-    options.concurrency = 4
-    options.rate = rate
-    options.warmup_s = 0.2
-    options.measure_s = 1.0
-    result = _core.LoadGenerator.run(options)
+    def run(model: str) -> LoadResult:
+        return generate_load(
+            server.url, _requests(model), concurrency=4, rate=rate, warmup_s=0.2, measure_s=1.0
+        )
+
+    result = run("simple")
     assert result.errors == 0, result.first_error
     assert len(result.latencies_ns) > (100 if rate else 10)
     assert all(0 < latency < 5e9 for latency in result.latencies_ns)
-    options.requests = _requests("no_such_model")
-    failed = _core.LoadGenerator.run(options)
+    failed = run("no_such_model")
     assert not failed.latencies_ns
     assert failed.errors > 0
     assert "no_such_model" in failed.first_error

@@ -20,10 +20,10 @@ import grpc
 import numpy as np
 from google.protobuf import json_format, text_format
 
-from inferd import _core
 from inferd._proto import grpc_service_pb2 as pb
 from inferd._proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from inferd._proto.model_config_pb2 import ModelConfig
+from inferd.core.load_generator import generate_load
 
 START_TIMEOUT_S = 180.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -73,14 +73,14 @@ class Measurement:
 
 def run_point(target: str, requests: list[bytes], load: LoadPoint, window_s: float) -> PointResult:
     """One load point, driven by the C++ load generator (the GIL released while it runs)."""
-    options = _core.LoadOptions()
-    options.target = target
-    options.requests = requests
-    options.concurrency = load.concurrency
-    options.rate = load.rate
-    options.warmup_s = min(1.0, window_s / 2)
-    options.measure_s = window_s
-    outcome = _core.LoadGenerator.run(options)
+    outcome = generate_load(
+        target,
+        requests,
+        concurrency=load.concurrency,
+        rate=load.rate,
+        warmup_s=min(1.0, window_s / 2),
+        measure_s=window_s,
+    )
     latencies = np.asarray(outcome.latencies_ns, dtype=np.float64) / 1e6
     if len(latencies) == 0:
         latencies = np.asarray([np.inf])
