@@ -10,9 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from inferd._proto.model_config_pb2 import ModelConfig
 from inferd.tune.candidates import Candidate
 from inferd.tune.measure import LoadPoint, Measurement, PointResult
 from inferd.tune.variants import Variant
@@ -254,28 +252,3 @@ def confirm(
             trial.kept = False
         stated_again.kept = True
     result.confirmed = (stated_again.score, best_again.score)
-
-
-def stated_model(model_dir: Path) -> tuple[str, Path]:
-    """A model folder's name and its newest version's model file."""
-    from inferd.repository import ModelRepository, model_filename, stated_config
-
-    repository = ModelRepository(model_dir.parent)
-    name = model_dir.name
-    versions = repository.versions(name)
-    if not versions:
-        raise FileNotFoundError(f"{model_dir}: no numeric version folder")
-    config_path = repository.config_path(name)
-    stated = stated_config(config_path, None, name=name)
-    return name, repository.model_file(name, versions[-1], model_filename(stated))
-
-
-def stated_and_completed(model_dir: Path, model_file: Path) -> tuple[ModelConfig, ModelConfig]:
-    from inferd.repository import ModelRepository, load_model_config, stated_config
-
-    repository = ModelRepository(model_dir.parent)
-    config_path = repository.config_path(model_dir.name)
-    stated = stated_config(config_path, None, name=model_dir.name)
-    stated.name = model_dir.name
-    completed = load_model_config(model_dir.name, config_path, model_file, default_max_batch_size=4)
-    return stated, completed

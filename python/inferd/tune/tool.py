@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from inferd._proto.model_config_pb2 import ModelConfig
+from inferd.repository import ModelRepository, load_model_config, model_filename, stated_config
 from inferd.tune import report
 from inferd.tune.candidates import Candidate, stated_candidate
 from inferd.tune.measure import (
@@ -17,7 +19,7 @@ from inferd.tune.measure import (
     measure_remote,
     write_repository,
 )
-from inferd.tune.search import Objective, TuneResult, search, stated_and_completed, stated_model
+from inferd.tune.search import Objective, TuneResult, search
 from inferd.tune.variants import Variant, checked_variant
 from inferd.tune.workload import workload
 
@@ -90,3 +92,26 @@ def tune(
         progress(why_no_plot)
     (out / "config.pbtxt").write_text(report.best_config(result, stated, command))
     return result
+
+
+def stated_model(model_dir: Path) -> tuple[str, Path]:
+    """A model folder's name and its newest version's model file."""
+    repository = ModelRepository(model_dir.parent)
+    name = model_dir.name
+    versions = repository.versions(name)
+    if not versions:
+        raise FileNotFoundError(f"{model_dir}: no numeric version folder")
+    config_path = repository.config_path(name)
+    stated = stated_config(config_path, None, name=name)
+    return name, repository.model_file(name, versions[-1], model_filename(stated))
+
+
+def stated_and_completed(model_dir: Path, model_file: Path) -> tuple[ModelConfig, ModelConfig]:
+    """The model's config as written (the starting point tune changes) and as the server completes
+    it (its inputs, and the batching it serves with)."""
+    repository = ModelRepository(model_dir.parent)
+    config_path = repository.config_path(model_dir.name)
+    stated = stated_config(config_path, None, name=model_dir.name)
+    stated.name = model_dir.name
+    completed = load_model_config(model_dir.name, config_path, model_file, default_max_batch_size=4)
+    return stated, completed
