@@ -5,6 +5,9 @@ keeps an instance busy while short ones compute in no time (``occupy``)."""
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +139,54 @@ def occupy(
     for tag in ("busy0", "busy1"):
         client.async_infer(model, fp32_input(busy), callback(tag))
     server.wait_for_pending(model, 1)
+
+
+def fill_queue_of_one(
+    client: grpcclient.InferenceServerClient,
+    server: ServerProcess,
+    model: str,
+    callback: Callable[[str], Callable[[Any, Any], None]],
+    timeout_s: float = 30.0,
+) -> None:
+    """``occupy`` for a long-row model whose queue holds one request. Of two busy requests sent
+    together, the second can arrive while the first still waits for the instance, and is refused
+    (RESOURCE_EXHAUSTED); a refused one is sent again until one computes and the other is queued,
+    the queue seen full on consecutive polls 50 ms apart (the instance takes the head of its queue
+    at once). The refusals on the way count as REJECTED failures; ``callback`` gets each busy
+    request's final answer."""
+    assert client.is_server_live()
+    busy = fp32_input(np.full((1, BUSY_LENGTH), -1.0, np.float32))
+    refused: queue.Queue[str] = queue.Queue()
+    settled = threading.Event()
+
+    def send(tag: str) -> None:
+        def done(result: Any, error: Any) -> None:
+            exhausted = error is not None and error.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            if exhausted and not settled.is_set():
+                refused.put(tag)
+            else:
+                callback(tag)(result, error)
+
+        client.async_infer(model, busy, done)
+
+    for tag in ("busy0", "busy1"):
+        send(tag)
+    deadline = time.monotonic() + timeout_s
+    full_since: float | None = None
+    while full_since is None or time.monotonic() - full_since < 0.05:
+        assert time.monotonic() < deadline, f"{model}: its queue of one never held a request"
+        try:
+            send(refused.get(timeout=0.01))
+            full_since = None
+            continue
+        except queue.Empty:
+            pass
+        if server.pending(model) != 1:
+            full_since = None
+        elif full_since is None:
+            full_since = time.monotonic()
+    # Both busy requests are in: one computes, the other is the queue's one.
+    settled.set()
 
 
 def fp32_input(values: np.ndarray) -> list[grpcclient.InferInput]:

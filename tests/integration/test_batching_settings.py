@@ -31,6 +31,7 @@ from tritonclient.utils import InferenceServerException
 from tests.integration.conftest import ServerProcess, running_server
 from tests.integration.gather_model import TABLE, write_gather_model
 from tests.integration.slow_model import (
+    fill_queue_of_one,
     fp32_input,
     occupy,
     write_long_row_model,
@@ -378,9 +379,9 @@ def expect_one_more(
 def test_a_full_queue_counts_as_rejected(
     settings_server: ServerProcess, triton: grpcclient.InferenceServerClient
 ) -> None:
-    before = failures(settings_server, "bounded")
     answers = Answers()
-    occupy(triton, settings_server, "bounded", answers.callback)  # its queue of one is full
+    fill_queue_of_one(triton, settings_server, "bounded", answers.callback)
+    before = failures(settings_server, "bounded")  # after the refusals filling it may have met
     with pytest.raises(InferenceServerException) as refused:
         triton.infer("bounded", fp32_input(column(2.0)))
     assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"

@@ -187,3 +187,51 @@ def test_opentelemetry_exporter_records_are_json_records() -> None:
 def test_stdlib_records_below_the_level_are_dropped() -> None:
     _, records = run_script(OTLP_EXPORT_FAILURE, "critical")
     assert records == []
+
+
+ONE_WRITE_PER_RECORD = """
+import json
+import logging
+import sys
+
+import structlog
+
+from inferd.observability.logging import configure_logging
+
+
+class RecordingStream:
+    # What the stream was handed, call by call.
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+stream = RecordingStream()
+sys.stderr = stream
+configure_logging("json", "info")
+structlog.get_logger().info("a structlog record", n=1)
+logging.getLogger("some.library").warning("a stdlib record")
+sys.stderr = sys.__stderr__
+print(json.dumps(stream.writes))
+"""
+
+
+def test_each_record_is_one_write_of_the_whole_line() -> None:
+    # The core writes its records to the same descriptor with write(2), from other threads: a
+    # record handed to the stream in two writes (print's line, then its newline) could have a
+    # core line land between them, and both be lost to a reader of JSON lines.
+    stdout, _ = run_script(ONE_WRITE_PER_RECORD)
+    writes = json.loads(stdout)
+    assert len(writes) == 2, writes
+    for text in writes:
+        assert text.endswith("\n") and text.count("\n") == 1, writes
+        assert json.loads(text)["event"] in ("a structlog record", "a stdlib record")

@@ -80,11 +80,11 @@ def _apply_to_other_loggers(control: LogControl) -> None:
 
 class _StructlogHandler(logging.Handler):
     """Writes stdlib records, rendered by a ``ProcessorFormatter``, to stderr through structlog's
-    ``PrintLogger``, whose lock keeps them from cutting into structlog's own lines."""
+    ``WriteLogger``, whose lock keeps them from cutting into structlog's own lines."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._printer = structlog.PrintLogger(file=sys.stderr)
+        self._printer = structlog.WriteLogger(file=sys.stderr)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -190,7 +190,9 @@ def configure_logging(
             structlog.processors.format_exc_info,
             renderer,
         ],
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # WriteLogger, not PrintLogger: print() writes the line and its newline in two writes,
+        # between which the core's own line (written by another thread) can land, unbuffered.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
 
