@@ -19,7 +19,7 @@ from inferd.core.load_generator import LoadResult, generate_load
 from inferd.examples import MLP_SIZES, make_examples
 from inferd.repository import load_model_config
 from inferd.tune.variants import checked_variant
-from tests.integration.conftest import ServerProcess
+from tests.integration.conftest import ServerProcess, running_server
 
 BUDGET_MINUTES = 1.0
 
@@ -74,6 +74,36 @@ def test_tune_finds_a_config_within_its_budget_and_writes_what_it_measured(
     model = mlp_dir / "1" / "model.onnx"
     config = load_model_config("mlp", written, model, default_max_batch_size=4)
     assert config.max_batch_size > 0
+
+
+def test_tune_at_a_url_loads_each_config_there_and_says_why_a_variant_is_not_measured(
+    mlp_dir: Path, tmp_path: Path
+) -> None:
+    # The server at --url loads mlp from its own repository, config by config (a load with a
+    # config override); an INT8 variant within a loose tolerance is a file on this machine, which
+    # that server cannot be handed: the report says so instead of dropping it.
+    with running_server(mlp_dir.parent, [], tmp_path, "--model-control-mode", "explicit") as server:
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "inferd", "tune", str(mlp_dir), "--url", server.url,
+                "--p99-ms", "50", "--concurrency", "4", "--window-s", "0.5",
+                "--budget-minutes", "0.25", "--precision", "int8", "--tolerance", "1.0",
+                "--out", str(out),
+            ],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "tune.json").read_text())
+    trials = report["trials"]
+    assert trials and trials[0]["stage"] == "stated config"
+    for trial in trials:
+        measurement = trial["measurement"]
+        assert not measurement["failure"], measurement["failure"]
+        assert all(p["requests"] > 0 and p["errors"] == 0 for p in measurement["points"])
+    assert all(t["candidate"]["precision"] == "fp32" for t in trials)
+    assert [v["precision"] for v in report["refused_variants"]] == ["int8"]
+    assert "not measured: the server at --url" in (out / "tune.md").read_text()
 
 
 def test_a_variant_within_the_tolerance_is_kept(mlp_dir: Path, tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def tune(
         if variant.model_file is not None:
             files[precision] = variant.model_file
     if url is not None:
-        variants = [v for v in variants if v.model_file is None]  # files cannot reach its server
+        variants = [_unreachable(v) if v.model_file is not None else v for v in variants]
 
     def measure(candidate: Candidate, index: int) -> Measurement:
         config = candidate.config(stated)
@@ -92,6 +92,19 @@ def tune(
         progress(why_no_plot)
     (out / "config.pbtxt").write_text(report.best_config(result, stated, command))
     return result
+
+
+def _unreachable(variant: Variant) -> Variant:
+    """An accepted variant that a server at --url cannot load: it reads model files from its own
+    repository only (a load's "file:" parameters are refused), so the report says why it is not
+    measured."""
+    return Variant(
+        variant.precision,
+        None,
+        variant.max_error,
+        f"within tolerance (outputs differ from FP32's by at most {variant.max_error:.3g}), but "
+        "not measured: the server at --url loads model files from its own repository only",
+    )
 
 
 def stated_model(model_dir: Path) -> tuple[str, Path]:
