@@ -158,3 +158,31 @@ def test_the_winner_must_beat_the_noise_the_stated_config_shows() -> None:
     assert result.confirmed == (1150.0, 1300.0)
     assert abs(result.required_gain - 300.0 / 1150.0) < 1e-9
     assert result.best.candidate == base
+
+
+def test_the_max_batch_size_climbs_while_its_doublings_win() -> None:
+    # Throughput grows with the batch up to 64 rows, then no more: from Triton's default of 4,
+    # the stage doubles on to 64, tries 128, and keeps 64.
+    tried: list[int] = []
+
+    def measure(candidate: Candidate, _index: int) -> Measurement:
+        tried.append(candidate.max_batch_size)
+        return measured(100.0 * min(candidate.max_batch_size, 64), 4.0)
+
+    base = Candidate(max_batch_size=4, queue_delay_us=0)
+    result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
+    climb = [t.candidate.max_batch_size for t in result.trials if t.stage == "max batch size"]
+    assert climb == [1, 2, 8, 16, 32, 64, 128]
+    assert result.best.candidate.max_batch_size == 64
+    assert result.best.stage == "confirmation"
+
+
+def test_the_max_batch_size_climbs_down_when_the_smallest_wins() -> None:
+    def measure(candidate: Candidate, _index: int) -> Measurement:
+        return measured(10000.0 / max(candidate.max_batch_size, 4), 4.0)  # smaller is faster to 4
+
+    base = Candidate(max_batch_size=64, queue_delay_us=0)
+    result = search(base, Objective(p99_ms=5.0), LOADS, measure, 3600.0, 1.0, [])
+    climb = [t.candidate.max_batch_size for t in result.trials if t.stage == "max batch size"]
+    assert climb == [16, 32, 128, 8, 4, 2]
+    assert result.best.candidate.max_batch_size == 4

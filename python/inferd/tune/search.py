@@ -1,8 +1,9 @@
 """The search: the stated config measured first, then one kind of change at a time in the seed's
 order of risk (batching, batch sizes, instances, ONNX Runtime threads and graph optimization
 level, precision), each stage's best option kept only if it beats the config so far by
-``MIN_GAIN``: a quick search over the full grid's axes, within the time budget (the stages left
-when it runs out are named, not run)."""
+``MIN_GAIN``, the max batch size climbing on while its doublings keep winning: a quick search over
+the full grid's axes, within the time budget (the stages left when it runs out are named, not
+run)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from inferd.tune.variants import Variant
 # A change is kept when it beats the config so far by this much: smaller differences are the
 # machine's noise, and the less risky config (the earlier one) wins them, so that two runs agree.
 MIN_GAIN = 0.05
+
+# The max batch size stage climbs past twice the stated size, a doubling at a time while each
+# beats the last by MIN_GAIN, up to this: a model left at the default of 4 reaches 64 or more.
+LARGEST_BATCH_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,31 @@ class TuneResult:
 Measure = Callable[[Candidate, int], Measurement]
 
 
-def stages(
-    base: Candidate, variants: list[Variant]
-) -> list[tuple[str, Callable[[Candidate], list[Candidate]]]]:
-    """The stages in order of risk: each turns the config so far into the options it tries."""
+# A stage turns the config so far into the options it tries; its climb, when it has one, turns the
+# option it kept (and every option it tried) into the next ones, tried while each is kept.
+Options = Callable[[Candidate], list[Candidate]]
+Climb = Callable[[Candidate, list[Candidate]], list[Candidate]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    options: Options
+    climb: Climb | None = None
+
+
+def _batch_size_climb(kept: Candidate, tried: list[Candidate]) -> list[Candidate]:
+    """Past the largest size tried, doubling; below the smallest, halving; else nothing."""
+    sizes = [c.max_batch_size for c in tried]
+    if kept.max_batch_size >= max(sizes) and kept.max_batch_size * 2 <= LARGEST_BATCH_SIZE:
+        return [kept.with_(max_batch_size=kept.max_batch_size * 2)]
+    if kept.max_batch_size <= min(sizes) and kept.max_batch_size > 1:
+        return [kept.with_(max_batch_size=kept.max_batch_size // 2)]
+    return []
+
+
+def stages(base: Candidate, variants: list[Variant]) -> list[Stage]:
+    """The stages in order of risk."""
     cores = len(os.sched_getaffinity(0))
 
     def batching(c: Candidate) -> list[Candidate]:
@@ -151,23 +177,31 @@ def stages(
         return [c.with_(precision=v.precision) for v in variants if v.model_file is not None]
 
     return [
-        ("dynamic batching", batching),
-        ("max batch size", batch_size),
-        ("preferred batch sizes", preferred),
-        ("instances", instances),
-        ("ONNX Runtime threads", threads),
-        ("graph optimization level", graph),
-        ("precision", precision),
+        Stage("dynamic batching", batching),
+        Stage("max batch size", batch_size, _batch_size_climb),
+        Stage("preferred batch sizes", preferred),
+        Stage("instances", instances),
+        Stage("ONNX Runtime threads", threads),
+        Stage("graph optimization level", graph),
+        Stage("precision", precision),
     ]
 
 
 def grid_size(base: Candidate, variants: list[Variant]) -> int:
-    """The configs the full grid over the same axes holds: every delay (and none), 4 batch sizes,
-    3 preferred-size choices, each instance count and thread count (and the default), 3 graph
-    optimization levels, and each precision kept."""
+    """The configs the full grid over the same axes holds: every delay (and none), each batch size
+    the stage can reach (a quarter and half of the stated one, the stated one, and its doublings up
+    to LARGEST_BATCH_SIZE), 3 preferred-size choices, each instance count and thread count (and the
+    default), 3 graph optimization levels, and each precision kept."""
     cores = min(len(os.sched_getaffinity(0)), 4)
     precisions = 1 + sum(1 for v in variants if v.model_file is not None)
-    batching = 4 * 4 * 3 if base.max_batch_size > 0 else 1
+    batching = 1
+    if base.max_batch_size > 0:
+        sizes = {max(1, base.max_batch_size // 4), max(1, base.max_batch_size // 2)}
+        size = base.max_batch_size
+        while size <= max(LARGEST_BATCH_SIZE, base.max_batch_size):
+            sizes.add(size)
+            size *= 2
+        batching = 4 * len(sizes) * 3
     return batching * cores * (cores + 1) * 3 * precisions
 
 
@@ -201,18 +235,24 @@ def search(
 
     current = run("stated config", base)
     current.kept = True
-    for stage, options in plan:
-        for candidate in options(current.candidate):
-            if time.monotonic() - started + estimate_s > budget_s:
-                if stage not in result.skipped_stages:
-                    result.skipped_stages.append(stage)
-                continue
-            run(stage, candidate)
-        tried = [t for t in result.trials if t.stage == stage]
-        winner = max(tried, key=lambda t: t.score, default=None)
-        if winner is not None and winner.score > current.score * (1 + MIN_GAIN):
+    for stage in plan:
+        options = stage.options(current.candidate)
+        while options:
+            for candidate in options:
+                if time.monotonic() - started + estimate_s > budget_s:
+                    if stage.name not in result.skipped_stages:
+                        result.skipped_stages.append(stage.name)
+                    continue
+                run(stage.name, candidate)
+            tried = [t for t in result.trials if t.stage == stage.name]
+            winner = max(tried, key=lambda t: t.score, default=None)
+            if winner is None or winner.score <= current.score * (1 + MIN_GAIN):
+                break
             winner.kept = True
             current = winner
+            seen = [current.candidate, *(t.candidate for t in tried)]
+            further = stage.climb(current.candidate, seen) if stage.climb else []
+            options = [c for c in further if c not in seen]
     confirm(result, base, current, run, started, estimate_s)
     result.elapsed_s = time.monotonic() - started
     return result
