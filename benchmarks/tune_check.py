@@ -24,11 +24,13 @@ import server_usage
 
 
 def write_repository(model_dir: Path, tuned_config: Path, out: Path) -> Path:
+    """``stated`` is MODEL_DIR's config, or, without a config.pbtxt, the one the server completes
+    (Triton's default config: max_batch_size 4 and dynamic batching for a model that batches)."""
     repository = out / "models"
     for name, config in (("stated", model_dir / "config.pbtxt"), ("tuned", tuned_config)):
         target = repository / name
         shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns("config.pbtxt"))
-        text = config.read_text()
+        text = config.read_text() if config.is_file() else 'name: "stated"\n'
         name_line = next(line for line in text.splitlines() if line.startswith("name:"))
         (target / "config.pbtxt").write_text(text.replace(name_line, f'name: "{name}"'))
     return repository
