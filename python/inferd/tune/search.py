@@ -8,6 +8,7 @@ run)."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,74 +218,118 @@ def search(
 ) -> TuneResult:
     """Measures ``base``, then each stage's options; ``estimate_s``: one measurement's expected
     time, so that none starts that the budget cannot hold."""
-    started = time.monotonic()
     result = TuneResult(objective, loads, budget_s=budget_s)
     result.refused_variants = [v for v in variants if v.model_file is None]
-    plan = stages(base, variants)
     result.grid_size = grid_size(base, variants)
-    counter = 0
-
-    def run(stage: str, candidate: Candidate) -> Trial:
-        nonlocal counter
-        counter += 1
-        progress(f"{stage}: {candidate.label}")
-        measurement = measure(candidate, counter)
-        trial = Trial(stage, candidate, measurement, objective.score(measurement))
-        result.trials.append(trial)
-        return trial
-
-    current = run("stated config", base)
+    run = _Run(result, measure, budget_s, estimate_s, progress)
+    current = run.trial("stated config", base)
     current.kept = True
-    for stage in plan:
+    for stage in stages(base, variants):
         options = stage.options(current.candidate)
         while options:
             for candidate in options:
-                if time.monotonic() - started + estimate_s > budget_s:
+                if not run.fits(1):
                     if stage.name not in result.skipped_stages:
                         result.skipped_stages.append(stage.name)
                     continue
-                run(stage.name, candidate)
+                run.trial(stage.name, candidate)
             tried = [t for t in result.trials if t.stage == stage.name]
-            winner = max(tried, key=lambda t: t.score, default=None)
-            if winner is None or winner.score <= current.score * (1 + MIN_GAIN):
+            rivals = [t for t in tried if t.candidate != current.candidate]
+            winner = max(rivals, key=lambda t: t.score, default=None)
+            if winner is None or winner.score <= run.mean(current.candidate) * (1 + MIN_GAIN):
                 break
-            winner.kept = True
-            current = winner
+            kept = run.bears_out(f"{stage.name}, again", current.candidate, winner)
+            if kept is None:
+                break
+            kept.kept = True
+            current = kept
             seen = [current.candidate, *(t.candidate for t in tried)]
             further = stage.climb(current.candidate, seen) if stage.climb else []
             options = [c for c in further if c not in seen]
-    confirm(result, base, current, run, started, estimate_s)
-    result.elapsed_s = time.monotonic() - started
+    confirm(result, base, current, run)
+    result.elapsed_s = run.elapsed_s
     return result
 
 
-def confirm(
-    result: TuneResult,
-    base: Candidate,
-    best: Trial,
-    run: Callable[[str, Candidate], Trial],
-    started: float,
-    estimate_s: float,
-) -> None:
+class _Run:
+    """The search's measurements: each one a trial in the result, and each config's scores so far
+    (a config measured again is judged by their mean)."""
+
+    def __init__(
+        self,
+        result: TuneResult,
+        measure: Measure,
+        budget_s: float,
+        estimate_s: float,
+        progress: Callable[[str], None],
+    ) -> None:
+        self._result = result
+        self._measure = measure
+        self._budget_s = budget_s
+        self._estimate_s = estimate_s
+        self._progress = progress
+        self._started = time.monotonic()
+        self._scores: dict[Candidate, list[float]] = {}
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    def fits(self, measurements: int) -> bool:
+        return self.elapsed_s + measurements * self._estimate_s <= self._budget_s
+
+    def trial(self, stage: str, candidate: Candidate) -> Trial:
+        self._progress(f"{stage}: {candidate.label}")
+        measurement = self._measure(candidate, len(self._result.trials) + 1)
+        trial = Trial(stage, candidate, measurement, self._result.objective.score(measurement))
+        self._result.trials.append(trial)
+        self._scores.setdefault(candidate, []).append(trial.score)
+        return trial
+
+    def mean(self, candidate: Candidate) -> float:
+        return statistics.fmean(self._scores[candidate])
+
+    def spread(self, candidate: Candidate) -> float:
+        """How far ``candidate``'s own scores lie apart, relative to their mean: the noise."""
+        scores, mean = self._scores[candidate], self.mean(candidate)
+        return (max(scores) - min(scores)) / mean if mean else 0.0
+
+    def bears_out(self, stage: str, current: Candidate, winner: Trial) -> Trial | None:
+        """Measures a stage's winner again, and the config so far too if it has one score only:
+        the winner's second trial (scored by its mean) when the means differ by more than MIN_GAIN
+        and the config so far's own spread, else None. A stage's best is the luckiest of its
+        options, so the one most likely to have had a lucky window. Without the budget for it,
+        the one measurement decides."""
+        needed = 1 + (len(self._scores[current]) < 2)
+        if not self.fits(needed):
+            return winner
+        if len(self._scores[current]) < 2:
+            current_again = self.trial(stage, current)
+            current_again.score = self.mean(current)
+        again = self.trial(stage, winner.candidate)
+        again.score = self.mean(winner.candidate)
+        required = max(MIN_GAIN, self.spread(current))
+        return again if again.score > self.mean(current) * (1 + required) else None
+
+
+def confirm(result: TuneResult, base: Candidate, best: Trial, run: _Run) -> None:
     """Measures the stated config and the winner once more, in that order, when the budget holds
-    both: the winner stays the best only if its two scores' mean beats the stated config's by
-    MIN_GAIN, or by how far the stated config's own two scores lie apart if that is more (the
-    machine's noise, measured). One measurement on a busy machine can be lucky; a stage's best is
-    the luckiest of its options, so it is the one most likely to have been (two runs of tune then
+    both: the winner stays the best only if the mean of its scores beats the stated config's by
+    MIN_GAIN, or by how far the stated config's own scores lie apart if that is more (the
+    machine's noise, measured). The stages' changes were each borne out against the config
+    before them; this bears out their sum against where the search began (two runs of tune then
     agree)."""
     if best.candidate == base:
         return
-    if time.monotonic() - started + 2 * estimate_s > result.budget_s:
+    if not run.fits(2):
         result.skipped_stages.append("confirmation")
         return
-    stated_again = run("confirmation", base)
-    best_again = run("confirmation", best.candidate)
+    stated_again = run.trial("confirmation", base)
+    best_again = run.trial("confirmation", best.candidate)
     # The two confirmation trials are scored by the means: the table and the summary show those.
-    first, second = result.trials[0].score, stated_again.score
-    stated_again.score = (first + second) / 2
-    best_again.score = (best.score + best_again.score) / 2
-    noise = abs(first - second) / stated_again.score if stated_again.score else 0.0
-    result.required_gain = max(MIN_GAIN, noise)
+    stated_again.score = run.mean(base)
+    best_again.score = run.mean(best.candidate)
+    result.required_gain = max(MIN_GAIN, run.spread(base))
     if best_again.score > stated_again.score * (1 + result.required_gain):
         best_again.kept = True
     else:
