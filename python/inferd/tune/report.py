@@ -78,7 +78,7 @@ def summary(result: TuneResult, command: str) -> str:
                 ": the winner is kept."
                 if best.candidate != base.candidate
                 else f": not {1 + result.required_gain:.2f}x the stated one (the larger of "
-                f"{MIN_GAIN:.0%} and the spread of the stated config's own two scores), which is "
+                f"{MIN_GAIN:.0%} and the spread of the stated config's own scores), which is "
                 "kept."
             )
         )
