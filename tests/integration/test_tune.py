@@ -1,7 +1,8 @@
 """``inferd tune`` end to end on the example mlp (issue 30): a child inferd per config, driven by
 the C++ load generator, within its budget; the best config it writes loads; an INT8 variant outside
-the tolerance is refused and never measured. And the load generator itself against a live server:
-answers counted, errors counted with the server's message."""
+the tolerance is refused and never measured; at --url each config is loaded on that server. And
+the load generator itself against a live server: answers counted, errors counted with the
+server's message."""
 
 from __future__ import annotations
 

@@ -84,11 +84,11 @@ class _StructlogHandler(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__()
-        self._printer = structlog.WriteLogger(file=sys.stderr)
+        self._writer = structlog.WriteLogger(file=sys.stderr)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._printer.msg(self.format(record))
+            self._writer.msg(self.format(record))
         except Exception:  # as logging's handlers do: a record that cannot be written is lost
             self.handleError(record)
 

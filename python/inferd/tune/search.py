@@ -85,7 +85,7 @@ class TuneResult:
     refused_variants: list[Variant] = field(default_factory=list)
     skipped_stages: list[str] = field(default_factory=list)
     grid_size: int = 0
-    # The stated config's and the winner's mean scores over both their measurements (confirm()).
+    # The stated config's and the winner's mean scores over all their measurements (confirm()).
     confirmed: tuple[float, float] | None = None
     required_gain: float = MIN_GAIN  # what the winner had to beat the stated config by
     elapsed_s: float = 0.0
