@@ -262,16 +262,25 @@ def lying_header_length(server: ServerProcess) -> None:
 
 def connection_flood(server: ServerProcess, already_open: int = 1) -> None:
     """MAX_CONNECTIONS held (``already_open`` of them the caller's: the health probe's), then one
-    more: 429 naming the flag, at once."""
-    held = [
-        socket.create_connection(address(server), timeout=10)
-        for _ in range(MAX_CONNECTIONS - already_open)
-    ]
-    try:
-        wait_until(lambda: refused_one_more(server), "a connection past the limit refused", 5)
-    finally:
-        for sock in held:
-            sock.close()
+    more: 429 naming the flag. The held connections send nothing, so the server closes each after
+    the header timeout; a flood not yet counted within it (a loaded machine's accepts lagging) is
+    opened again, five times at most."""
+    refused = False
+    for _ in range(5):
+        held = [
+            socket.create_connection(address(server), timeout=10)
+            for _ in range(MAX_CONNECTIONS - already_open)
+        ]
+        try:
+            opened = time.monotonic()
+            while not refused and time.monotonic() - opened < HEADER_TIMEOUT_S / 2:
+                refused = refused_one_more(server)
+        finally:
+            for sock in held:
+                sock.close()
+        if refused:
+            break
+    assert refused, "never a connection past the limit refused"
     # Closed here, seen closed there a moment later: a connection is served again.
     wait_until(lambda: _connects(server), "a connection accepted again", 5)
 
